@@ -1,0 +1,45 @@
+"""conveyor: durable background jobs for Python."""
+
+from __future__ import annotations
+
+from conveyor.errors import (
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    ConveyorError,
+    InvalidStateError,
+    JobCancelled,
+    JobFailed,
+    JobNotFound,
+    PayloadTooLarge,
+    QueueFull,
+    SerializationError,
+    UnknownTask,
+    ValidationError,
+)
+from conveyor.job import ErrorInfo, FailureReason, Job, JobState
+from conveyor.retry import Backoff
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Backoff",
+    "BackendError",
+    "BackendUnavailable",
+    "ConfigurationError",
+    "ConveyorError",
+    "ErrorInfo",
+    "FailureReason",
+    "InvalidStateError",
+    "Job",
+    "JobCancelled",
+    "JobFailed",
+    "JobNotFound",
+    "JobState",
+    "PayloadTooLarge",
+    "QueueFull",
+    "SerializationError",
+    "UnknownTask",
+    "ValidationError",
+    "__version__",
+]

@@ -1,0 +1,377 @@
+"""The backend contract: flat, named, batch-shaped storage operations.
+
+A backend persists jobs and carries out state changes atomically. It never
+decides policy: retries, backoff, which outcome a run had, rate-limit and
+circuit thresholds all come from the core as parameters. Every backend passes
+the same conformance suite (``tests/conformance``).
+
+Rules every implementation follows:
+
+- Times are POSIX seconds read from the backend's own clock (G11); ``now()``
+  exposes it. Relative inputs (``delay``, ``ttl``, ``lease``) are added to that
+  clock inside the operation, never to a worker's.
+- ``claim_jobs`` is atomic: two claimers never get the same job. It counts the
+  attempt (G5), stamps a fresh lease token (G4), and expires TTL'd jobs and
+  promotes due delayed jobs before choosing (G8).
+- ``renew_leases``, ``settle_jobs`` and ``save_progress`` act only on jobs that
+  are ``active`` with the given lease token; anything else is refused (G4).
+- One call is one round trip (or one transaction) whatever the batch size.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from conveyor.job import ErrorInfo, FailureReason, Job, JobState
+from conveyor.ratelimit import RateLimit
+
+
+@dataclass(slots=True)
+class NewJob:
+    """A job to insert. ``payload`` and ``metadata`` are already JSON-encoded."""
+
+    id: str
+    task: str
+    queue: str
+    payload: bytes
+    priority: int = 0
+    max_attempts: int = 3
+    timeout: float | None = None
+    delay: float = 0.0
+    """Seconds after the backend's now; ignored when ``run_at`` is set."""
+    run_at: float | None = None
+    """Absolute POSIX time to run at."""
+    ttl: float | None = None
+    """Seconds the job may stay ``waiting`` once due; the queue's ``ttl`` applies too
+    (the smaller wins). ``expires_at = run_at + ttl``."""
+    idempotency_key: str | None = None
+    idempotency_ttl: float = 86400.0
+    tenant: str | None = None
+    metadata: bytes | None = None
+    retry_of: str | None = None
+
+
+@dataclass(slots=True)
+class ClaimRequest:
+    """What a worker asks for: up to ``limit`` due jobs from ``queues``."""
+
+    worker_id: str
+    queues: Sequence[str]
+    limit: int
+    lease: float
+    """Seconds; ``lease_until = now + lease``."""
+    task_limits: Mapping[str, int] = field(default_factory=dict)
+    """Per-task cap for this claim (free per-task concurrency slots); absent = no cap."""
+    rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
+    """Cluster-wide sliding-window limits on starts, per task."""
+    circuit_tasks: bool = True
+    """Honour circuit state: skip tasks whose circuit is open; admit one trial
+    job when its open period has passed (half-open)."""
+
+
+@dataclass(slots=True)
+class ClaimResult:
+    jobs: list[Job]
+    """Claimed jobs: ``active``, attempts counted, sharing one fresh lease token."""
+    expired: list[Job] = field(default_factory=list)
+    """Jobs this claim moved to ``failed``/``expired`` because their TTL passed."""
+
+
+class Outcome(str, enum.Enum):
+    """What the worker decided for one finished run."""
+
+    COMPLETE = "complete"  # -> completed, result stored
+    RETRY = "retry"  # -> delayed until now + retry_delay, error recorded
+    FAIL = "fail"  # -> failed with failure_reason, error recorded (dead-lettered)
+    CANCEL = "cancel"  # -> cancelled
+    RELEASE = "release"  # -> waiting, attempt given back (graceful shutdown)
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitPolicy:
+    threshold: int
+    open_for: float
+
+
+@dataclass(slots=True)
+class Settlement:
+    job_id: str
+    lease_token: str
+    outcome: Outcome
+    task: str = ""
+    result: bytes | None = None
+    error: ErrorInfo | None = None
+    failure_reason: FailureReason | None = None
+    retry_delay: float = 0.0
+    circuit: CircuitPolicy | None = None
+    """Count this run in the task's circuit: COMPLETE is a success, RETRY/FAIL a
+    failure. ``None`` leaves the circuit alone (cancel, release, invalid input)."""
+    progress: bytes | None = None
+    """Last progress not yet saved, stored with the outcome."""
+
+
+class CircuitState(str, enum.Enum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(slots=True)
+class CircuitInfo:
+    task: str
+    state: CircuitState
+    failures: int
+    open_until: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "state": self.state.value,
+            "failures": self.failures,
+            "open_until": self.open_until,
+        }
+
+
+@dataclass(slots=True)
+class SettleResult:
+    refused: set[str] = field(default_factory=set)
+    """Ids whose lease token no longer matched (or that were no longer active)."""
+    circuit_changes: list[CircuitInfo] = field(default_factory=list)
+    """Circuits this call opened or closed."""
+
+
+@dataclass(slots=True)
+class RenewResult:
+    renewed: set[str] = field(default_factory=set)
+    lost: set[str] = field(default_factory=set)
+    """Not active under this token any more: stop trusting the lease (G4)."""
+    cancel_requested: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class StallResult:
+    requeued: list[Job] = field(default_factory=list)
+    failed: list[Job] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class JobFilter:
+    states: Sequence[JobState] | None = None
+    queue: str | None = None
+    task: str | None = None
+    tenant: str | None = None
+    failure_reason: FailureReason | None = None
+    idempotency_key: str | None = None
+    finished_before: float | None = None
+    """Only jobs whose ``finished_at`` is before this POSIX time."""
+
+
+@dataclass(slots=True)
+class QueueInfo:
+    name: str
+    paused: bool = False
+    max_size: int | None = None
+    ttl: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "paused": self.paused, "max_size": self.max_size, "ttl": self.ttl}
+
+
+@dataclass(slots=True)
+class WorkerInfo:
+    id: str
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    active: int
+    started_at: float
+    last_seen: float = 0.0
+    """Stamped by the backend's clock on every heartbeat."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "queues": list(self.queues),
+            "concurrency": self.concurrency,
+            "active": self.active,
+            "started_at": self.started_at,
+            "last_seen": self.last_seen,
+        }
+
+
+@dataclass(slots=True)
+class PruneRule:
+    """Delete terminal jobs in ``state`` beyond an age and/or a count."""
+
+    state: JobState
+    max_age: float | None = None
+    max_count: int | None = None
+    task: str | None = None
+    """Only this task; ``None`` = every task not in ``exclude_tasks``."""
+    exclude_tasks: Sequence[str] = ()
+
+
+COUNTED_STATES = tuple(JobState)
+
+
+class Backend(abc.ABC):
+    """Storage for jobs, queues, circuits, rate-limit windows and heartbeats."""
+
+    url: str
+
+    # -- lifecycle ---------------------------------------------------------
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and bring the schema up to date. Idempotent."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections. Idempotent."""
+
+    @abc.abstractmethod
+    async def now(self) -> float:
+        """The backend's clock, POSIX seconds (G11)."""
+
+    @abc.abstractmethod
+    async def ping(self) -> float:
+        """Round-trip latency in seconds; raises :class:`BackendUnavailable` when down."""
+
+    # -- jobs: the hot path ------------------------------------------------
+    @abc.abstractmethod
+    async def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Job]:
+        """Insert ``jobs`` atomically, in order; returns one Job per input.
+
+        A live idempotency key returns the existing job with ``duplicate=True``
+        and inserts nothing for it (G7). A queue's ``max_size`` counts its
+        waiting + delayed jobs; a batch that would pass it raises
+        :class:`~conveyor.errors.QueueFull` and stores nothing.
+        """
+
+    @abc.abstractmethod
+    async def claim_jobs(self, request: ClaimRequest) -> ClaimResult:
+        """Atomically claim up to ``request.limit`` due jobs (see module doc)."""
+
+    @abc.abstractmethod
+    async def renew_leases(
+        self, worker_id: str, leases: Sequence[tuple[str, str]], lease: float
+    ) -> RenewResult:
+        """Extend ``(job_id, lease_token)`` leases to ``now + lease``."""
+
+    @abc.abstractmethod
+    async def settle_jobs(self, settlements: Sequence[Settlement]) -> SettleResult:
+        """Apply each run's outcome, fenced by its lease token; update circuits."""
+
+    @abc.abstractmethod
+    async def save_progress(self, items: Sequence[tuple[str, str, bytes]]) -> set[str]:
+        """Store ``(job_id, lease_token, progress_json)``; returns the refused ids."""
+
+    @abc.abstractmethod
+    async def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
+        """Return when new work may be due in ``queues``, or after ``timeout``."""
+
+    # -- jobs: reading and acting ------------------------------------------
+    @abc.abstractmethod
+    async def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
+        """The jobs that exist among ``job_ids`` (any order)."""
+
+    @abc.abstractmethod
+    async def list_jobs(
+        self, where: JobFilter, limit: int = 100, offset: int = 0
+    ) -> list[Job]:
+        """Matching jobs, newest first."""
+
+    @abc.abstractmethod
+    async def count_jobs(self, where: JobFilter) -> int: ...
+
+    @abc.abstractmethod
+    async def cancel_job(self, job_id: str) -> Job | None:
+        """Waiting/delayed: cancelled now. Active: flagged ``cancel_requested``.
+        Terminal: unchanged. Returns the job after the change, or ``None``."""
+
+    @abc.abstractmethod
+    async def cancel_requests(self, job_ids: Sequence[str]) -> set[str]:
+        """Which of these active jobs have a cancel request."""
+
+    @abc.abstractmethod
+    async def retry_failed(self, job_id: str, new_id: str) -> Job:
+        """Copy a failed job into a new waiting job with fresh attempts; the
+        original gets ``retried_as``. Raises JobNotFound / InvalidStateError."""
+
+    @abc.abstractmethod
+    async def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        """Delete these jobs (any state but active); returns how many."""
+
+    @abc.abstractmethod
+    async def purge_jobs(self, where: JobFilter) -> int:
+        """Delete every job matching ``where`` (never active ones)."""
+
+    @abc.abstractmethod
+    async def queue_counts(self) -> dict[str, dict[str, int]]:
+        """``{queue: {state: count}}`` with every state present (zeros included)."""
+
+    @abc.abstractmethod
+    async def oldest_waiting(self) -> dict[str, float]:
+        """``{queue: run_at of its oldest due waiting job}``."""
+
+    # -- maintenance -------------------------------------------------------
+    @abc.abstractmethod
+    async def recover_stalled(self, max_stalled: int) -> StallResult:
+        """Active jobs whose lease expired: back to waiting with ``stalls + 1``;
+        failed/stalled when that passes ``max_stalled`` or no attempt is left."""
+
+    @abc.abstractmethod
+    async def prune_jobs(self, rules: Sequence[PruneRule]) -> int:
+        """Apply retention rules; also drop expired idempotency keys and
+        rate-limit history. Returns how many jobs were deleted."""
+
+    # -- queues ------------------------------------------------------------
+    @abc.abstractmethod
+    async def configure_queue(self, name: str, max_size: int | None, ttl: float | None) -> None:
+        """Create or update a queue's limits (its paused flag is kept)."""
+
+    @abc.abstractmethod
+    async def set_queue_paused(self, name: str, paused: bool) -> None: ...
+
+    @abc.abstractmethod
+    async def list_queues(self) -> list[QueueInfo]:
+        """Configured queues and every queue that holds a job."""
+
+    # -- circuits ----------------------------------------------------------
+    @abc.abstractmethod
+    async def list_circuits(self) -> list[CircuitInfo]: ...
+
+    @abc.abstractmethod
+    async def reset_circuit(self, task: str) -> None: ...
+
+    # -- heartbeats --------------------------------------------------------
+    @abc.abstractmethod
+    async def record_heartbeat(self, worker: WorkerInfo) -> None:
+        """Upsert the worker; ``last_seen`` is the backend's now."""
+
+    @abc.abstractmethod
+    async def list_workers(self) -> list[WorkerInfo]: ...
+
+    @abc.abstractmethod
+    async def remove_worker(self, worker_id: str) -> None: ...
+
+    # -- conveniences built on the contract --------------------------------
+    async def get_job(self, job_id: str) -> Job | None:
+        jobs = await self.get_jobs([job_id])
+        return jobs[0] if jobs else None
+
+    async def __aenter__(self) -> Backend:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,141 @@
+"""One settings object: constructor arguments > ``CONVEYOR_*`` env vars >
+``conveyor.toml`` / ``conveyor.yaml`` > defaults.
+
+The file is looked up in the current directory, or named by ``CONVEYOR_CONFIG``.
+Durations accept seconds (``1.5``) or strings (``"250ms"``, ``"30s"``, ``"5m"``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+
+from conveyor.durations import parse_duration
+from conveyor.errors import ConfigurationError
+
+DEFAULT_URL = "sqlite:///./conveyor.db"
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def _retention(value: Any) -> int | float | None:
+    """A count (an int) or an age (a duration string or float seconds)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    if isinstance(value, bool):
+        raise ValueError("expected a count or a duration")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a count cannot be negative")
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return parse_duration(value)
+
+
+#: ``int`` = keep that many newest; ``float`` = keep that many seconds; ``None`` = keep all.
+Retention = Annotated[int | float | None, BeforeValidator(_retention)]
+
+
+def _config_file(suffixes: tuple[str, ...]) -> Path | None:
+    named = os.environ.get("CONVEYOR_CONFIG")
+    if named:
+        path = Path(named)
+        return path if path.suffix in suffixes else None
+    for suffix in suffixes:
+        path = Path.cwd() / f"conveyor{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+class Settings(BaseSettings):
+    """Every tunable of conveyor. Env var = ``CONVEYOR_`` + the key in upper case."""
+
+    model_config = SettingsConfigDict(env_prefix="CONVEYOR_", extra="forbid", frozen=True)
+
+    url: str = DEFAULT_URL
+    concurrency: int = Field(50, ge=1)
+    lease: Duration = 30.0
+    stall_interval: Duration = 30.0
+    max_stalled: int = Field(3, ge=0)
+    heartbeat_interval: Duration = 10.0
+    shutdown_timeout: Duration = 30.0
+    default_attempts: int = Field(3, ge=1)
+    default_timeout: Duration = 300.0
+    backoff_base: Duration = 1.0
+    backoff_max: Duration = 3600.0
+    backoff_multiplier: float = Field(2.0, ge=1.0)
+    idempotency_ttl: Duration = 86400.0
+    max_payload_bytes: int = Field(1024 * 1024, ge=1)
+    circuit_threshold: int = Field(5, ge=0)
+    """0 turns circuit breaking off."""
+    circuit_open_for: Duration = 60.0
+    keep_completed: Retention = 86400.0
+    keep_failed: Retention = 7 * 86400.0
+    api_tokens: dict[str, list[Literal["read", "enqueue", "admin"]]] = Field(default_factory=dict)
+
+    # Beyond the spec's keys: tuning knobs with safe defaults.
+    poll_interval: Duration = 1.0
+    """Longest idle wait between claims when no notification arrives."""
+    claim_batch: int = Field(200, ge=1)
+    """Most jobs one claim takes."""
+    cancel_grace: Duration = 5.0
+    """After a cancel request, how long a running handler may finish cooperatively."""
+    worker_queue_ttl: Duration = 300.0
+    cleanup_interval: Duration = 60.0
+    sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
+    sqlite_busy_timeout: Duration = 30.0
+
+    @field_validator("url")
+    @classmethod
+    def _url_has_scheme(cls, value: str) -> str:
+        if "://" not in value:
+            raise ValueError("a backend URL looks like sqlite:///./conveyor.db or memory://")
+        return value
+
+    @field_validator("sqlite_synchronous", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_file = _config_file((".toml",))
+        if toml_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        yaml_file = _config_file((".yaml", ".yml"))
+        if yaml_file:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
+        return tuple(sources)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build :class:`Settings`; invalid values raise :class:`ConfigurationError` naming the key."""
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**clean)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            key = ".".join(str(part) for part in err["loc"]) or "settings"
+            problems.append(f"{key}: {err['msg']}")
+        raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
