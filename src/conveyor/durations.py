@@ -21,7 +21,8 @@ def parse_duration(value: float | int | str | timedelta) -> float:
         match = _PATTERN.match(value.lower())
         if not match:
             raise ValueError(
-                f"not a duration: {value!r} (use seconds or a string like '250ms', '30s', '5m', '1h')"
+                f"not a duration: {value!r} "
+                "(use seconds or a string like '250ms', '30s', '5m', '1h')"
             )
         seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
     else:

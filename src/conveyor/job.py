@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 JSON = Any  # payloads, results and metadata: JSON-serialisable values only
 
 
-class JobState(str, enum.Enum):
+class JobState(enum.StrEnum):
     """Where a job is in its life. Each member names who moves jobs in and out."""
 
     WAITING = "waiting"
@@ -45,9 +45,6 @@ class JobState(str, enum.Enum):
     """Terminal. In: ``app.cancel`` (waiting/delayed at once, active via the worker).
     Out: the retention cleaner."""
 
-    def __str__(self) -> str:
-        return self.value
-
 
 #: States a job can still leave by itself.
 PENDING_STATES = frozenset({JobState.WAITING, JobState.DELAYED})
@@ -73,7 +70,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
-class FailureReason(str, enum.Enum):
+class FailureReason(enum.StrEnum):
     """Why a job ended in ``failed``."""
 
     ERROR = "error"
@@ -82,9 +79,6 @@ class FailureReason(str, enum.Enum):
     EXPIRED = "expired"
     INVALID = "invalid"
     UNKNOWN_TASK = "unknown_task"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(slots=True)

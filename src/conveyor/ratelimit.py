@@ -21,7 +21,9 @@ class RateLimit:
     def parse(cls, text: str) -> RateLimit:
         match = _PATTERN.match(text.lower())
         if not match:
-            raise ValueError(f"not a rate limit: {text!r} (use 'N/period', like '100/s' or '10/2s')")
+            raise ValueError(
+                f"not a rate limit: {text!r} (use 'N/period', like '100/s' or '10/2s')"
+            )
         limit = int(match.group(1))
         period = parse_duration(f"{match.group(2) or '1'}{match.group(3)}")
         if limit <= 0 or period <= 0:

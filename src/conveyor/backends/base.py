@@ -81,7 +81,7 @@ class ClaimResult:
     """Jobs this claim moved to ``failed``/``expired`` because their TTL passed."""
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """What the worker decided for one finished run."""
 
     COMPLETE = "complete"  # -> completed, result stored
@@ -114,13 +114,10 @@ class Settlement:
     """Last progress not yet saved, stored with the outcome."""
 
 
-class CircuitState(str, enum.Enum):
+class CircuitState(enum.StrEnum):
     CLOSED = "closed"
     OPEN = "open"
     HALF_OPEN = "half_open"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(slots=True)
@@ -181,7 +178,12 @@ class QueueInfo:
     ttl: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "paused": self.paused, "max_size": self.max_size, "ttl": self.ttl}
+        return {
+            "name": self.name,
+            "paused": self.paused,
+            "max_size": self.max_size,
+            "ttl": self.ttl,
+        }
 
 
 @dataclass(slots=True)
@@ -285,9 +287,7 @@ class Backend(abc.ABC):
         """The jobs that exist among ``job_ids`` (any order)."""
 
     @abc.abstractmethod
-    async def list_jobs(
-        self, where: JobFilter, limit: int = 100, offset: int = 0
-    ) -> list[Job]:
+    async def list_jobs(self, where: JobFilter, limit: int = 100, offset: int = 0) -> list[Job]:
         """Matching jobs, newest first."""
 
     @abc.abstractmethod

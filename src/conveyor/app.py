@@ -1,0 +1,403 @@
+"""``Conveyor``: the app users hold. A thin facade over the backend and the worker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from conveyor import serialization
+from conveyor.backends.base import Backend, JobFilter, NewJob, QueueInfo, WorkerInfo
+from conveyor.backends.registry import backend_from_url
+from conveyor.dlq import DeadLetters
+from conveyor.durations import parse_duration
+from conveyor.errors import JobNotFound, UnknownTask
+from conveyor.events import Callback, EventBus
+from conveyor.ids import new_id
+from conveyor.job import FailureReason, Job, JobState
+from conveyor.retry import Backoff
+from conveyor.settings import Settings, load_settings
+from conveyor.task import FunctionHandler, Handler, Task, build_options
+
+if TYPE_CHECKING:
+    from conveyor.worker.worker import Worker
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ENQUEUE_OPTIONS = frozenset(
+    {
+        "delay",
+        "run_at",
+        "priority",
+        "attempts",
+        "timeout",
+        "idempotency_key",
+        "tenant",
+        "metadata",
+        "queue",
+        "ttl",
+        "worker",
+    }
+)
+
+
+class Conveyor:
+    """A conveyor app: tasks, settings and one backend.
+
+    ``Conveyor()`` reads ``CONVEYOR_URL`` (default ``sqlite:///./conveyor.db``);
+    keyword arguments override any setting (``Conveyor(url, lease="10s")``).
+    """
+
+    def __init__(
+        self, url: str | None = None, *, settings: Settings | None = None, **overrides: Any
+    ):
+        self.settings = settings or load_settings(url=url, **overrides)
+        self.events = EventBus()
+        self.dlq = DeadLetters(self)
+        self._tasks: dict[str, Task] = {}
+        self._queues: dict[str, QueueInfo] = {}
+        self._backend: Backend | None = None
+        self._opened = False
+        self._open_lock: asyncio.Lock | None = None
+        self._local_workers: list[Worker] = []
+        self._portal: Any = None
+
+    # -- configuration ------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return self.settings.url
+
+    @property
+    def tasks(self) -> Mapping[str, Task]:
+        return self._tasks
+
+    def task(self, name: str | None = None, **options: Any) -> Callable[[Callable[..., Any]], Task]:
+        """Register ``fn(ctx, **payload)`` as a task. Options: queue, attempts,
+        backoff, timeout, priority, rate_limit, concurrency, ttl, keep_completed,
+        keep_failed, circuit_threshold, circuit_open_for, retry_on, no_retry_on."""
+        task_options = build_options(**options)
+
+        def decorate(fn: Callable[..., Any]) -> Task:
+            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            return self._add(FunctionHandler(task_name, fn, task_options))
+
+        return decorate
+
+    def register(self, handler: Handler) -> Task:
+        """Register a :class:`Handler` instance (the class form)."""
+        if not handler.name:
+            raise ValueError(f"{type(handler).__name__} needs a `name`")
+        return self._add(handler)
+
+    def _add(self, handler: Handler) -> Task:
+        if handler.name in self._tasks:
+            raise ValueError(f"task {handler.name!r} is already registered")
+        task = Task(self, handler)
+        self._tasks[task.name] = task
+        return task
+
+    def get_task(self, name: str) -> Task:
+        try:
+            return self._tasks[name]
+        except KeyError:
+            raise UnknownTask(f"no task named {name!r} is registered") from None
+
+    def on(self, event: str, callback: Callback | None = None) -> Any:
+        """Listen to an event: ``app.on("completed", fn)`` or as a decorator."""
+        if callback is None:
+            return lambda fn: self.events.on(event, fn)
+        return self.events.on(event, callback)
+
+    def queue(self, name: str, max_size: int | None = None, ttl: float | str | None = None) -> None:
+        """Per-queue options, stored in the backend when the app connects."""
+        if max_size is not None and max_size < 1:
+            raise ValueError("max_size must be >= 1")
+        info = QueueInfo(
+            name, max_size=max_size, ttl=parse_duration(ttl) if ttl is not None else None
+        )
+        self._queues[name] = info
+        if self._opened:
+            raise RuntimeError("declare queues before the app connects (at import time)")
+
+    # -- connection -----------------------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            self._backend = backend_from_url(self.url, self.settings)
+        return self._backend
+
+    async def connect(self) -> Backend:
+        """Open the backend (once) and store declared queue options."""
+        if self._opened:
+            return self.backend
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if not self._opened:
+                backend = self.backend
+                await backend.open()
+                for info in self._queues.values():
+                    await backend.configure_queue(info.name, info.max_size, info.ttl)
+                self._opened = True
+        return self.backend
+
+    async def close(self) -> None:
+        if self._backend is not None and self._opened:
+            await self._backend.close()
+        self._opened = False
+        self._backend = None
+        self._open_lock = None
+        if self._portal is not None:
+            self._portal.close()
+            self._portal = None
+
+    async def __aenter__(self) -> Conveyor:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- enqueue --------------------------------------------------------------
+    def _new_job(self, task_name: str, payload: Any, options: Mapping[str, Any]) -> NewJob:
+        unknown = set(options) - ENQUEUE_OPTIONS
+        if unknown:
+            raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
+        if not task_name or not isinstance(task_name, str):
+            raise TypeError("the task name must be a non-empty string")
+        task = self._tasks.get(task_name)
+        defaults = task.options if task else None
+        settings = self.settings
+        worker = options.get("worker")
+        queue = options.get("queue") or (defaults.queue if defaults else "default")
+        ttl = options.get("ttl", defaults.ttl if defaults else None)
+        if worker:
+            queue = f"worker.{worker}"
+            if ttl is None:
+                ttl = settings.worker_queue_ttl
+        run_at = options.get("run_at")
+        if isinstance(run_at, datetime):
+            if run_at.tzinfo is None:
+                raise ValueError("run_at must be timezone-aware (use datetime.now(timezone.utc))")
+            run_at = run_at.timestamp()
+        attempts = options.get("attempts") or (defaults.attempts if defaults else None)
+        timeout = options.get("timeout", defaults.timeout if defaults else None)
+        metadata = options.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise TypeError("metadata must be a dict")
+        priority = options.get("priority")
+        return NewJob(
+            id=new_id(),
+            task=task_name,
+            queue=queue,
+            payload=serialization.encode_payload(
+                {} if payload is None else payload, settings.max_payload_bytes
+            ),
+            priority=int(
+                priority if priority is not None else (defaults.priority if defaults else 0)
+            ),
+            max_attempts=int(attempts or settings.default_attempts),
+            timeout=parse_duration(timeout) if timeout is not None else None,
+            delay=parse_duration(options.get("delay") or 0),
+            run_at=float(run_at) if run_at is not None else None,
+            ttl=parse_duration(ttl) if ttl is not None else None,
+            idempotency_key=options.get("idempotency_key"),
+            idempotency_ttl=settings.idempotency_ttl,
+            tenant=options.get("tenant"),
+            metadata=serialization.dumps(metadata) if metadata else None,
+        )
+
+    async def enqueue(self, task: str, payload: Any = None, **options: Any) -> Job:
+        """Enqueue one job. Options: delay, run_at, priority, attempts, timeout,
+        idempotency_key, tenant, metadata, queue, ttl, worker."""
+        return (await self.enqueue_many([(task, payload, options)]))[0]
+
+    async def enqueue_many(
+        self, items: Iterable[tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]]
+    ) -> list[Job]:
+        """Enqueue many jobs in one round trip, atomically: all or none."""
+        new_jobs = []
+        for item in items:
+            options: Mapping[str, Any] = item[2] if len(item) > 2 else {}
+            new_jobs.append(self._new_job(item[0], item[1], options))
+        if not new_jobs:
+            return []
+        backend = await self.connect()
+        jobs = await backend.enqueue_jobs(new_jobs)
+        listening = self.events.has("enqueued")
+        for job in jobs:
+            job._app = self
+            if listening and not job.duplicate:
+                self.events.emit("enqueued", job=job)
+        return jobs
+
+    def enqueue_sync(self, task: str, payload: Any = None, **options: Any) -> Job:
+        """Enqueue from sync code (Django, Flask, scripts); safe from any thread."""
+        from conveyor.portal import Portal
+
+        if self._portal is None:
+            self._portal = Portal(self.settings)
+        job: Job = self._portal.call(lambda app: app.enqueue(task, payload, **options))
+        job._app = self
+        return job
+
+    # -- reading and acting ------------------------------------------------------
+    def _bind(self, job: Job | None) -> Job | None:
+        if job is not None:
+            job._app = self
+        return job
+
+    async def get_job(self, job_id: str) -> Job | None:
+        backend = await self.connect()
+        return self._bind(await backend.get_job(job_id))
+
+    async def wait_for_job(
+        self, job_id: str, timeout: float | None = None, poll: float = 0.05
+    ) -> Job:
+        """Poll until the job is terminal; raises TimeoutError / JobNotFound."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = min(poll, 0.01)
+        while True:
+            job = await self.get_job(job_id)
+            if job is None:
+                raise JobNotFound(job_id)
+            if job.is_terminal:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} is still {job.state.value} after {timeout}s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, poll)
+
+    async def list_jobs(
+        self,
+        state: JobState | str | Sequence[JobState | str] | None = None,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        tenant: str | None = None,
+        reason: FailureReason | str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Job]:
+        backend = await self.connect()
+        jobs = await backend.list_jobs(
+            job_filter(state, queue=queue, task=task, tenant=tenant, reason=reason), limit, offset
+        )
+        return [job for job in jobs if self._bind(job)]
+
+    async def count_jobs(
+        self,
+        state: JobState | str | Sequence[JobState | str] | None = None,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        tenant: str | None = None,
+        reason: FailureReason | str | None = None,
+    ) -> int:
+        backend = await self.connect()
+        return await backend.count_jobs(
+            job_filter(state, queue=queue, task=task, tenant=tenant, reason=reason)
+        )
+
+    async def cancel(self, job_id: str) -> Job:
+        """Cancel: waiting/delayed at once; active jobs are signalled and end ``cancelled``."""
+        backend = await self.connect()
+        job = await backend.cancel_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        if job.state is JobState.CANCELLED:
+            self.events.emit("cancelled", job=job)
+        elif job.state is JobState.ACTIVE:
+            for worker in self._local_workers:
+                worker.request_cancel(job_id)
+        return job
+
+    async def stats(self) -> dict[str, dict[str, int]]:
+        """``{queue: {waiting, delayed, active, completed, failed, cancelled}}``."""
+        backend = await self.connect()
+        return await backend.queue_counts()
+
+    async def queues(self) -> list[QueueInfo]:
+        backend = await self.connect()
+        return await backend.list_queues()
+
+    async def pause_queue(self, name: str) -> None:
+        backend = await self.connect()
+        await backend.set_queue_paused(name, True)
+
+    async def resume_queue(self, name: str) -> None:
+        backend = await self.connect()
+        await backend.set_queue_paused(name, False)
+        for worker in self._local_workers:
+            worker.wake()
+
+    async def workers(self) -> list[tuple[WorkerInfo, bool]]:
+        """Workers from heartbeats, each with whether it is alive (seen within 3 intervals)."""
+        backend = await self.connect()
+        now = await backend.now()
+        horizon = 3 * self.settings.heartbeat_interval
+        return [(w, now - w.last_seen < horizon) for w in await backend.list_workers()]
+
+    async def circuits(self) -> list[Any]:
+        backend = await self.connect()
+        return await backend.list_circuits()
+
+    async def reset_circuit(self, task: str) -> None:
+        backend = await self.connect()
+        await backend.reset_circuit(task)
+
+    # -- running -------------------------------------------------------------------
+    def worker(self, **options: Any) -> Worker:
+        """A worker for this app (``queues``, ``concurrency``, ``burst``, ...)."""
+        from conveyor.worker.worker import Worker
+
+        return Worker(self, **options)
+
+    async def drain(
+        self, queues: Sequence[str] | None = None, concurrency: int | None = None
+    ) -> int:
+        """Run every due job in this process until none is left; returns how many ran.
+
+        For tests: delayed jobs not yet due are left alone.
+        """
+        worker = self.worker(
+            queues=queues, concurrency=concurrency, burst=True, install_signals=False
+        )
+        await worker.run()
+        return worker.processed
+
+    def backoff_for(self, task: Task | None) -> Backoff:
+        if task and task.options.backoff:
+            return task.options.backoff
+        s = self.settings
+        return Backoff.exponential(
+            base=s.backoff_base, max=s.backoff_max, multiplier=s.backoff_multiplier
+        )
+
+
+def job_filter(
+    state: JobState | str | Sequence[JobState | str] | None = None,
+    *,
+    queue: str | None = None,
+    task: str | None = None,
+    tenant: str | None = None,
+    reason: FailureReason | str | None = None,
+    finished_before: float | None = None,
+) -> JobFilter:
+    states: list[JobState] | None
+    if state is None:
+        states = None
+    elif isinstance(state, JobState | str):
+        states = [JobState(state)]
+    else:
+        states = [JobState(s) for s in state]
+    return JobFilter(
+        states=states,
+        queue=queue,
+        task=task,
+        tenant=tenant,
+        failure_reason=FailureReason(reason) if reason else None,
+        finished_before=finished_before,
+    )

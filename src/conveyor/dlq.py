@@ -1,0 +1,97 @@
+"""The dead-letter queue: every job that ended ``failed``."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from conveyor.durations import parse_duration
+from conveyor.errors import JobNotFound
+from conveyor.ids import new_id
+from conveyor.job import FailureReason, Job, JobState
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+
+class DeadLetters:
+    """``app.dlq``: list, count, retry, delete and purge failed jobs."""
+
+    def __init__(self, app: Conveyor) -> None:
+        self._app = app
+
+    async def list(
+        self,
+        task: str | None = None,
+        queue: str | None = None,
+        tenant: str | None = None,
+        reason: FailureReason | str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Job]:
+        return await self._app.list_jobs(
+            JobState.FAILED,
+            task=task,
+            queue=queue,
+            tenant=tenant,
+            reason=reason,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def count(
+        self,
+        task: str | None = None,
+        queue: str | None = None,
+        tenant: str | None = None,
+        reason: FailureReason | str | None = None,
+    ) -> int:
+        return await self._app.count_jobs(
+            JobState.FAILED, task=task, queue=queue, tenant=tenant, reason=reason
+        )
+
+    async def retry(self, job_id: str) -> Job:
+        """Enqueue a fresh copy (new id, attempts from zero); the original gets ``retried_as``."""
+        backend = await self._app.connect()
+        job = await backend.retry_failed(job_id, new_id())
+        job._app = self._app
+        for worker in self._app._local_workers:
+            worker.wake()
+        return job
+
+    async def delete(self, job_id: str) -> None:
+        backend = await self._app.connect()
+        job = await backend.get_job(job_id)
+        if job is None or job.state is not JobState.FAILED:
+            raise JobNotFound(job_id)
+        await backend.delete_jobs([job_id])
+
+    async def purge(
+        self,
+        task: str | None = None,
+        queue: str | None = None,
+        tenant: str | None = None,
+        reason: FailureReason | str | None = None,
+        older_than: float | str | timedelta | datetime | None = None,
+    ) -> int:
+        """Delete dead letters matching every given filter; returns how many.
+
+        ``older_than``: an age (``"7d"``, seconds, a timedelta) or a datetime.
+        """
+        from conveyor.app import job_filter
+
+        backend = await self._app.connect()
+        before: float | None = None
+        if isinstance(older_than, datetime):
+            before = older_than.timestamp()
+        elif older_than is not None:
+            before = await backend.now() - parse_duration(older_than)
+        where = job_filter(
+            JobState.FAILED,
+            task=task,
+            queue=queue,
+            tenant=tenant,
+            reason=reason,
+            finished_before=before,
+        )
+        return await backend.purge_jobs(where)

@@ -1,0 +1,1 @@
+"""Maintenance services: one per file, each idempotent and safe on many nodes."""

@@ -1,0 +1,56 @@
+"""The retention cleaner: deletes completed, failed and cancelled jobs past
+their task's ``keep_completed`` / ``keep_failed`` (a count or an age)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from conveyor.backends.base import PruneRule
+from conveyor.job import JobState
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+
+
+def _rule(
+    state: JobState,
+    keep: int | float | None,
+    task: str | None = None,
+    exclude: tuple[str, ...] = (),
+) -> PruneRule | None:
+    if keep is None:
+        return None
+    if isinstance(keep, int):
+        return PruneRule(state, max_count=keep, task=task, exclude_tasks=exclude)
+    return PruneRule(state, max_age=keep, task=task, exclude_tasks=exclude)
+
+
+def retention_rules(app: Conveyor) -> list[PruneRule]:
+    """Per-task rules for tasks with their own setting, app-wide rules for the rest.
+    Cancelled jobs follow ``keep_completed``."""
+    settings = app.settings
+    rules: list[PruneRule] = []
+    for state, attr, default in (
+        (JobState.COMPLETED, "keep_completed", settings.keep_completed),
+        (JobState.CANCELLED, "keep_completed", settings.keep_completed),
+        (JobState.FAILED, "keep_failed", settings.keep_failed),
+    ):
+        custom: list[str] = []
+        for task in app.tasks.values():
+            if getattr(task.options, f"{attr}_set"):
+                custom.append(task.name)
+                rule = _rule(state, getattr(task.options, attr), task=task.name)
+                if rule:
+                    rules.append(rule)
+        rule = _rule(state, default, exclude=tuple(custom))
+        if rule:
+            rules.append(rule)
+    return rules
+
+
+class RetentionCleaner:
+    def __init__(self, app: Conveyor) -> None:
+        self._app = app
+
+    async def run_once(self) -> int:
+        return await self._app.backend.prune_jobs(retention_rules(self._app))

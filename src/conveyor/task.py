@@ -1,0 +1,234 @@
+"""Tasks: named handlers with defaults, in function or class form."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from conveyor.durations import parse_duration
+from conveyor.ratelimit import RateLimit
+from conveyor.retry import Backoff
+from conveyor.settings import Retention
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+    from conveyor.context import JobContext
+    from conveyor.job import Job
+
+
+class Priority:
+    """Named priorities; any integer works, higher runs first."""
+
+    CRITICAL = 20
+    HIGH = 10
+    NORMAL = 0
+    LOW = -10
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """A task's defaults. ``None`` means "the app's setting"."""
+
+    queue: str = "default"
+    attempts: int | None = None
+    backoff: Backoff | None = None
+    timeout: float | None = None
+    priority: int = Priority.NORMAL
+    rate_limit: RateLimit | None = None
+    concurrency: int | None = None
+    ttl: float | None = None
+    keep_completed: Retention = None
+    keep_failed: Retention = None
+    circuit_threshold: int | None = None
+    circuit_open_for: float | None = None
+    retry_on: tuple[type[BaseException], ...] = ()
+    no_retry_on: tuple[type[BaseException], ...] = ()
+    keep_completed_set: bool = field(default=False, repr=False)
+    keep_failed_set: bool = field(default=False, repr=False)
+
+
+_UNSET: Any = object()
+
+
+def build_options(
+    *,
+    queue: str = "default",
+    attempts: int | None = None,
+    backoff: Backoff | None = None,
+    timeout: float | str | None = None,
+    priority: int = Priority.NORMAL,
+    rate_limit: str | RateLimit | None = None,
+    concurrency: int | None = None,
+    ttl: float | str | None = None,
+    keep_completed: Any = _UNSET,
+    keep_failed: Any = _UNSET,
+    circuit_threshold: int | None = None,
+    circuit_open_for: float | str | None = None,
+    retry_on: tuple[type[BaseException], ...] = (),
+    no_retry_on: tuple[type[BaseException], ...] = (),
+) -> TaskOptions:
+    """Validate user-facing task options into :class:`TaskOptions`."""
+    from conveyor.settings import _retention
+
+    if attempts is not None and attempts < 1:
+        raise ValueError("attempts must be >= 1")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    if not queue:
+        raise ValueError("queue must be a non-empty name")
+    return TaskOptions(
+        queue=queue,
+        attempts=attempts,
+        backoff=backoff,
+        timeout=parse_duration(timeout) if timeout is not None else None,
+        priority=int(priority),
+        rate_limit=RateLimit.parse(rate_limit) if isinstance(rate_limit, str) else rate_limit,
+        concurrency=concurrency,
+        ttl=parse_duration(ttl) if ttl is not None else None,
+        keep_completed=None if keep_completed is _UNSET else _retention(keep_completed),
+        keep_failed=None if keep_failed is _UNSET else _retention(keep_failed),
+        keep_completed_set=keep_completed is not _UNSET,
+        keep_failed_set=keep_failed is not _UNSET,
+        circuit_threshold=circuit_threshold,
+        circuit_open_for=parse_duration(circuit_open_for) if circuit_open_for is not None else None,
+        retry_on=tuple(retry_on),
+        no_retry_on=tuple(no_retry_on),
+    )
+
+
+class Handler:
+    """The class form of a task. Options are class attributes; override the hooks you need.
+
+    ``process`` (and the hooks) may be ``async def`` or plain ``def``; plain ones
+    run in the worker's thread pool.
+    """
+
+    name: str = ""
+    queue: str = "default"
+    attempts: int | None = None
+    backoff: Backoff | None = None
+    timeout: float | str | None = None
+    priority: int = Priority.NORMAL
+    rate_limit: str | None = None
+    concurrency: int | None = None
+    ttl: float | str | None = None
+    circuit_threshold: int | None = None
+    circuit_open_for: float | str | None = None
+    retry_on: tuple[type[BaseException], ...] = ()
+    no_retry_on: tuple[type[BaseException], ...] = ()
+
+    def options(self) -> TaskOptions:
+        extra: dict[str, Any] = {}
+        for key in ("keep_completed", "keep_failed"):
+            if hasattr(self, key):
+                extra[key] = getattr(self, key)
+        return build_options(
+            queue=self.queue,
+            attempts=self.attempts,
+            backoff=self.backoff,
+            timeout=self.timeout,
+            priority=self.priority,
+            rate_limit=self.rate_limit,
+            concurrency=self.concurrency,
+            ttl=self.ttl,
+            circuit_threshold=self.circuit_threshold,
+            circuit_open_for=self.circuit_open_for,
+            retry_on=self.retry_on,
+            no_retry_on=self.no_retry_on,
+            **extra,
+        )
+
+    def validate(self, payload: Any) -> None:
+        """Raise to refuse the payload: the job fails as ``invalid``, never retried."""
+
+    async def process(self, ctx: JobContext, payload: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.process is not implemented")
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        """False fails the job at once, attempts left or not."""
+        return True
+
+    async def on_start(self, ctx: JobContext) -> None:
+        """Before ``process``, on every attempt."""
+
+    async def on_complete(self, ctx: JobContext, result: Any) -> None:
+        """After ``process`` returned."""
+
+    async def on_failed(self, ctx: JobContext, exc: BaseException, will_retry: bool) -> None:
+        """After an attempt failed (raised or timed out)."""
+
+
+class FunctionHandler(Handler):
+    """A handler made from a function ``fn(ctx, **payload)``."""
+
+    def __init__(self, name: str, fn: Callable[..., Any], options: TaskOptions) -> None:
+        self.name = name
+        self.fn = fn
+        self._options = options
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+    def options(self) -> TaskOptions:
+        return self._options
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        return _retryable_by_rules(self._options, exc)
+
+    def call(self, ctx: JobContext, payload: Any) -> Any:
+        if isinstance(payload, dict):
+            return self.fn(ctx, **payload)
+        return self.fn(ctx, payload)
+
+
+def _retryable_by_rules(options: TaskOptions, exc: BaseException) -> bool:
+    if options.no_retry_on and isinstance(exc, options.no_retry_on):
+        return False
+    if options.retry_on:
+        return isinstance(exc, options.retry_on)
+    return True
+
+
+class Task:
+    """A registered handler bound to its app: what ``@app.task`` returns."""
+
+    def __init__(self, app: Conveyor, handler: Handler) -> None:
+        self.app = app
+        self.handler = handler
+        self.name: str = handler.name
+        self.options: TaskOptions = handler.options()
+        process = handler.call if isinstance(handler, FunctionHandler) else handler.process
+        self.is_async: bool = (
+            handler.is_async
+            if isinstance(handler, FunctionHandler)
+            else inspect.iscoroutinefunction(process)
+        )
+        self._overrides: dict[str, Any] = {}
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        if isinstance(self.handler, FunctionHandler):
+            return self.handler.is_retryable(exc)
+        return _retryable_by_rules(self.options, exc) and self.handler.is_retryable(exc)
+
+    async def enqueue(self, **payload: Any) -> Job:
+        """Enqueue one job; keyword arguments are the payload."""
+        return await self.app.enqueue(self.name, payload, **self._overrides)
+
+    def enqueue_sync(self, **payload: Any) -> Job:
+        return self.app.enqueue_sync(self.name, payload, **self._overrides)
+
+    def with_options(self, **options: Any) -> Task:
+        """A copy that enqueues with these options: ``task.with_options(delay=5).enqueue(...)``."""
+        clone = Task.__new__(Task)
+        clone.__dict__.update(self.__dict__)
+        clone._overrides = {**self._overrides, **options}
+        return clone
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly (tests, composition), bypassing the queue."""
+        if isinstance(self.handler, FunctionHandler):
+            return self.handler.fn(*args, **kwargs)
+        raise TypeError("class handlers are not callable; enqueue them")
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name!r} queue={self.options.queue!r}>"

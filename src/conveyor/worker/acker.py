@@ -1,0 +1,78 @@
+"""Batches the outcomes of finished runs into one ``settle_jobs`` call."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from conveyor.backends.base import Backend, CircuitInfo, Settlement
+from conveyor.errors import BackendError
+
+logger = logging.getLogger("conveyor.worker")
+
+
+class Acker:
+    """Settlements wait here until the next flush; one flush = one round trip.
+
+    While a flush is in flight new outcomes gather, so batches grow with load
+    by themselves. A failed flush is retried: settlements are fenced by their
+    lease token, so sending one twice is harmless.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        on_refused: Callable[[set[str]], None],
+        on_circuit: Callable[[list[CircuitInfo]], None],
+    ) -> None:
+        self._backend = backend
+        self._on_refused = on_refused
+        self._on_circuit = on_circuit
+        self._pending: list[Settlement] = []
+        self._ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def add(self, settlement: Settlement) -> None:
+        self._pending.append(settlement)
+        self._idle.clear()
+        self._ready.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            await self._flush_pending()
+
+    async def _flush_pending(self) -> None:
+        delay = 0.05
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                result = await self._backend.settle_jobs(batch)
+            except (BackendError, OSError) as exc:
+                logger.warning("could not store %d outcomes, retrying: %s", len(batch), exc)
+                self._pending[:0] = batch
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if result.refused:
+                self._on_refused(result.refused)
+            if result.circuit_changes:
+                self._on_circuit(result.circuit_changes)
+        self._idle.set()
+
+    async def drain(self, timeout: float) -> bool:
+        """Flush everything (at shutdown); False when it could not within ``timeout``."""
+        if self._pending:
+            self._ready.set()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True

@@ -1,0 +1,263 @@
+"""Runs one job: validation, hooks, the handler under its timeout, and the
+decision of what its outcome is (complete, retry, fail, cancel, release)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from conveyor import serialization
+from conveyor.backends.base import CircuitPolicy, Outcome, Settlement
+from conveyor.errors import ValidationError
+from conveyor.events import EventBus
+from conveyor.job import ErrorInfo, FailureReason, Job
+from conveyor.task import FunctionHandler, Handler, Task
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+    from conveyor.worker.running import Running
+
+logger = logging.getLogger("conveyor.worker")
+
+MAX_TRACEBACK = 16_000
+
+
+def error_info(exc: BaseException, attempt: int, reason: FailureReason, at: float) -> ErrorInfo:
+    tb = "".join(traceback.format_exception(exc))
+    if len(tb) > MAX_TRACEBACK:
+        tb = "…" + tb[-MAX_TRACEBACK:]
+    return ErrorInfo(
+        type=type(exc).__qualname__,
+        message=str(exc),
+        traceback=tb,
+        attempt=attempt,
+        reason=reason.value,
+        at=at,
+    )
+
+
+def _overrides(handler: Handler, hook: str) -> bool:
+    """Hooks left at the base class are skipped: no call, no cost."""
+    return getattr(type(handler), hook) is not getattr(Handler, hook)
+
+
+class Executor:
+    """Turns a claimed job into a :class:`Settlement` (or ``None`` when the
+    worker no longer holds the lease and must not report anything)."""
+
+    def __init__(self, app: Conveyor, worker_id: str, threads: int) -> None:
+        self.app = app
+        self.worker_id = worker_id
+        self.events: EventBus = app.events
+        self.settings = app.settings
+        self._threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            # Timed-out sync handlers may still run; their threads are abandoned.
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="conveyor-job")
+        return self._pool
+
+    def _circuit(self, task: Task) -> CircuitPolicy | None:
+        threshold = task.options.circuit_threshold
+        if threshold is None:
+            threshold = self.settings.circuit_threshold
+        if threshold <= 0:
+            return None
+        open_for = task.options.circuit_open_for or self.settings.circuit_open_for
+        return CircuitPolicy(threshold, open_for)
+
+    def _refuse(self, run: Running, reason: FailureReason, exc: BaseException) -> Settlement:
+        """Fail at once, without a retry and without touching the circuit."""
+        job = run.job
+        info = error_info(exc, job.attempts, reason, time.time())
+        self._emit_dead(job, info, reason)
+        return Settlement(
+            job.id, job.lease_token or "", Outcome.FAIL, job.task, error=info, failure_reason=reason
+        )
+
+    async def execute(self, run: Running) -> Settlement | None:
+        job = run.job
+        if job.decode_error:
+            return self._refuse(run, FailureReason.INVALID, ValidationError(job.decode_error))
+        task = self.app.tasks.get(job.task)
+        if task is None:
+            from conveyor.errors import UnknownTask
+
+            exc = UnknownTask(
+                f"no task named {job.task!r} is registered in worker {self.worker_id}"
+            )
+            return self._refuse(run, FailureReason.UNKNOWN_TASK, exc)
+        handler = task.handler
+        try:
+            handler.validate(job.payload)
+        except Exception as exc:
+            return self._refuse(run, FailureReason.INVALID, exc)
+
+        if self.events.has("active"):
+            self.events.emit("active", job=job, worker_id=self.worker_id)
+        started = time.perf_counter()
+        try:
+            if _overrides(handler, "on_start"):
+                await self._hook(handler.on_start, run.ctx)
+            result = await self._call(task, run)
+            encoded = serialization.dumps(result)
+        except asyncio.CancelledError:
+            reason = run.stop_reason
+            current = asyncio.current_task()
+            if reason is None or current is None:
+                raise  # the worker itself is being torn down
+            current.uncancel()
+            return self._interrupted(run, task, None)
+        except Exception as exc:
+            if run.stop_reason is not None:
+                return self._interrupted(run, task, exc)
+            return await self._failed(run, task, exc, time.perf_counter() - started)
+        if run.stop_reason == "cancel":
+            return self._interrupted(run, task, None)
+        duration = time.perf_counter() - started
+        if _overrides(handler, "on_complete"):
+            await self._hook(handler.on_complete, run.ctx, result)
+        if self.events.has("completed"):
+            self.events.emit("completed", job=job, result=result, duration=duration)
+        return Settlement(
+            job.id,
+            job.lease_token or "",
+            Outcome.COMPLETE,
+            job.task,
+            result=encoded,
+            circuit=self._circuit(task),
+            progress=run.unsaved_progress,
+        )
+
+    async def _call(self, task: Task, run: Running) -> Any:
+        job = run.job
+        timeout = job.timeout if job.timeout is not None else self.settings.default_timeout
+        handler = task.handler
+        call: Callable[[], Any]
+        if isinstance(handler, FunctionHandler):
+            fn = handler.call
+            call = lambda: fn(run.ctx, job.payload)  # noqa: E731  # one closure, two call styles
+        else:
+            process = handler.process
+            call = lambda: process(run.ctx, job.payload)  # noqa: E731
+
+        try:
+            async with asyncio.timeout(timeout) as deadline:
+                if task.is_async:
+                    return await call()
+                loop = asyncio.get_running_loop()
+                context = contextvars.copy_context()
+                return await loop.run_in_executor(self._thread_pool(), context.run, call)
+        except TimeoutError as exc:
+            if deadline.expired():
+                from conveyor.errors import JobTimeout
+
+                raise JobTimeout(f"job {job.id} timed out after {timeout:g}s") from exc
+            raise
+        except TypeError as exc:
+            # Payload keys that don't fit the function's parameters are bad input.
+            if isinstance(handler, FunctionHandler) and isinstance(job.payload, dict):
+                try:
+                    inspect.signature(handler.fn).bind(run.ctx, **job.payload)
+                except TypeError as bind_error:
+                    raise ValidationError(f"payload does not fit {job.task}: {bind_error}") from exc
+            raise
+
+    async def _failed(
+        self, run: Running, task: Task, exc: Exception, duration: float
+    ) -> Settlement:
+        from conveyor.errors import JobTimeout
+
+        job = run.job
+        if isinstance(exc, ValidationError):
+            return self._refuse(run, FailureReason.INVALID, exc)
+        reason = FailureReason.TIMEOUT if isinstance(exc, JobTimeout) else FailureReason.ERROR
+        retryable = _safe_retryable(task, exc)
+        will_retry = retryable and job.attempts < job.max_attempts
+        info = error_info(exc, job.attempts, reason, time.time())
+        if _overrides(task.handler, "on_failed"):
+            await self._hook(task.handler.on_failed, run.ctx, exc, will_retry)
+        if self.events.has("failed"):
+            self.events.emit(
+                "failed", job=job, error=info, will_retry=will_retry, duration=duration
+            )
+        circuit = self._circuit(task)
+        token = job.lease_token or ""
+        if will_retry:
+            delay = self.app.backoff_for(task).delay(job.attempts)
+            if self.events.has("retrying"):
+                self.events.emit("retrying", job=job, delay=delay)
+            return Settlement(
+                job.id,
+                token,
+                Outcome.RETRY,
+                job.task,
+                error=info,
+                retry_delay=delay,
+                circuit=circuit,
+                progress=run.unsaved_progress,
+            )
+        self._emit_dead(job, info, reason)
+        return Settlement(
+            job.id,
+            token,
+            Outcome.FAIL,
+            job.task,
+            error=info,
+            failure_reason=reason,
+            circuit=circuit,
+            progress=run.unsaved_progress,
+        )
+
+    def _interrupted(
+        self, run: Running, task: Task, exc: BaseException | None
+    ) -> Settlement | None:
+        job = run.job
+        token = job.lease_token or ""
+        if run.stop_reason == "lease_lost":
+            return None  # not ours any more: the stall reaper or the new holder decides
+        if run.stop_reason == "shutdown":
+            return Settlement(
+                job.id, token, Outcome.RELEASE, job.task, progress=run.unsaved_progress
+            )
+        info = error_info(exc, job.attempts, FailureReason.ERROR, time.time()) if exc else None
+        if self.events.has("cancelled"):
+            self.events.emit("cancelled", job=job)
+        return Settlement(
+            job.id, token, Outcome.CANCEL, job.task, error=info, progress=run.unsaved_progress
+        )
+
+    def _emit_dead(self, job: Job, info: ErrorInfo, reason: FailureReason) -> None:
+        if self.events.has("dead"):
+            self.events.emit("dead", job=job, reason=reason.value, error=info)
+
+    async def _hook(self, hook: Callable[..., Any], *args: Any) -> None:
+        """Hooks never fail a job: an exception is logged and reported as an event."""
+        try:
+            outcome = hook(*args)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception as exc:
+            logger.exception("hook %s failed", getattr(hook, "__qualname__", hook))
+            self.events.emit("error", error=exc, where=f"hook {getattr(hook, '__name__', hook)}")
+
+
+def _safe_retryable(task: Task, exc: BaseException) -> bool:
+    try:
+        return task.is_retryable(exc)
+    except Exception:
+        logger.exception("is_retryable raised; treating the error as retryable")
+        return True

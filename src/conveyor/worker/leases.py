@@ -1,0 +1,103 @@
+"""Keeps the leases of running jobs alive, and stops trusting them when it can't (G4).
+
+Every tick it: interrupts jobs whose local lease deadline passed (renewals
+failed for too long: another worker may soon claim them); renews all leases
+when a renewal is due; asks the backend which running jobs have a cancel
+request; saves progress reported since the last tick. Each is one round trip
+for the whole batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from conveyor.backends.base import Backend
+from conveyor.errors import BackendError
+from conveyor.worker.running import Running
+
+logger = logging.getLogger("conveyor.worker")
+
+
+class LeaseKeeper:
+    def __init__(
+        self,
+        backend: Backend,
+        worker_id: str,
+        active: dict[str, Running],
+        lease: float,
+        on_cancel_request: Callable[[str], None],
+    ) -> None:
+        self._backend = backend
+        self._worker_id = worker_id
+        self._active = active
+        self._lease = lease
+        self._on_cancel_request = on_cancel_request
+        self.renew_every = lease / 3
+        # Stop trusting a lease well before it ends, so the handler is cancelled
+        # before any other worker could claim the job.
+        self.trust_for = lease * 0.8
+        self.tick = min(0.5, self.renew_every)
+        self._last_renew = time.monotonic()
+
+    def trusted_until(self, sent_at: float) -> float:
+        return sent_at + self.trust_for
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick)
+            if not self._active:
+                continue
+            now = time.monotonic()
+            self._distrust_expired(now)
+            try:
+                if now - self._last_renew >= self.renew_every:
+                    await self._renew(now)
+                await self._poll_cancels()
+                await self._save_progress()
+            except (BackendError, OSError) as exc:
+                logger.warning("lease upkeep failed, will retry: %s", exc)
+
+    def _distrust_expired(self, now: float) -> None:
+        for run in list(self._active.values()):
+            if run.lease_deadline and now >= run.lease_deadline and run.stop_reason != "lease_lost":
+                logger.error(
+                    "lease of job %s could not be renewed in time; cancelling it", run.job.id
+                )
+                run.interrupt("lease_lost")
+
+    async def _renew(self, sent_at: float) -> None:
+        runs = [r for r in self._active.values() if r.stop_reason != "lease_lost"]
+        if not runs:
+            return
+        result = await self._backend.renew_leases(
+            self._worker_id, [(r.job.id, r.job.lease_token or "") for r in runs], self._lease
+        )
+        self._last_renew = sent_at
+        deadline = self.trusted_until(sent_at)
+        for run in runs:
+            job_id = run.job.id
+            if job_id in result.renewed:
+                run.lease_deadline = deadline
+            elif job_id in result.lost:
+                logger.warning("lease of job %s was lost; cancelling its handler", job_id)
+                run.interrupt("lease_lost")
+        for job_id in result.cancel_requested:
+            self._on_cancel_request(job_id)
+
+    async def _poll_cancels(self) -> None:
+        ids = [job_id for job_id, run in self._active.items() if run.stop_reason is None]
+        if ids:
+            for job_id in await self._backend.cancel_requests(ids):
+                self._on_cancel_request(job_id)
+
+    async def _save_progress(self) -> None:
+        items = []
+        for run in self._active.values():
+            if run.unsaved_progress is not None:
+                items.append((run.job.id, run.job.lease_token or "", run.unsaved_progress))
+                run.unsaved_progress = None
+        if items:
+            await self._backend.save_progress(items)

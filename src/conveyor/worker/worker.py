@@ -1,0 +1,373 @@
+"""The worker: claims jobs into free slots and runs them, with side roles.
+
+Roles: the claim loop (here), the :class:`Executor` (one job), the
+:class:`Acker` (batched outcomes), the :class:`LeaseKeeper`, the
+:class:`Heartbeat`, and maintenance (stall reaper, retention cleaner). Side
+roles are supervised: one that dies stops the worker loudly.
+
+Shutdown has two phases. Phase one (first SIGTERM/SIGINT, ``stop()``, or a
+burst with nothing due): no more claims; running jobs get ``shutdown_timeout``
+to finish. Phase two (the deadline, a second signal, or ``stop(force=True)``):
+handlers are cancelled and their jobs released at once, the attempt given back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from conveyor import serialization
+from conveyor.backends.base import CircuitInfo, ClaimRequest, WorkerInfo
+from conveyor.context import JobContext
+from conveyor.errors import BackendError
+from conveyor.job import Job
+from conveyor.maintenance.periodic import every
+from conveyor.maintenance.retention import RetentionCleaner
+from conveyor.maintenance.stalls import StallReaper
+from conveyor.worker.acker import Acker
+from conveyor.worker.executor import Executor
+from conveyor.worker.heartbeat import Heartbeat
+from conveyor.worker.leases import LeaseKeeper
+from conveyor.worker.running import Running
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Sequence
+
+    from conveyor.app import Conveyor
+
+logger = logging.getLogger("conveyor.worker")
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"
+
+
+class WorkerCrashed(RuntimeError):
+    """A side role of the worker died; the worker stopped."""
+
+
+class Worker:
+    def __init__(
+        self,
+        app: Conveyor,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        burst: bool = False,
+        worker_id: str | None = None,
+        install_signals: bool = True,
+        maintenance: bool = True,
+    ) -> None:
+        self.app = app
+        self.settings = app.settings
+        self.id = worker_id or default_worker_id()
+        if queues:
+            listen = list(dict.fromkeys(queues))
+        else:
+            listen = ["default", *sorted({t.options.queue for t in app.tasks.values()})]
+            listen = list(dict.fromkeys(listen))
+        self.own_queue = f"worker.{self.id}"
+        self.queues: list[str] = [*listen, self.own_queue]
+        self.concurrency = concurrency or self.settings.concurrency
+        self.burst = burst
+        self.install_signals = install_signals
+        self.maintenance = maintenance
+        self.processed = 0
+        self.active: dict[str, Running] = {}
+        self.started_at = 0.0
+        self._running_by_task: dict[str, int] = {}
+        self._executing: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+        self._forced = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._slot_free = asyncio.Event()
+        self._side_tasks: list[asyncio.Task[Any]] = []
+        self._crash: BaseException | None = None
+        self._signals = 0
+        self._loop_thread = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._capped = {
+            n: t.options.concurrency for n, t in app.tasks.items() if t.options.concurrency
+        }
+        self._rate_limited = {
+            n: t.options.rate_limit for n, t in app.tasks.items() if t.options.rate_limit
+        }
+
+    # -- control ----------------------------------------------------------------
+    def stop(self, force: bool = False) -> None:
+        """Begin the graceful shutdown; ``force`` skips waiting for running jobs."""
+        self._stopping = True
+        self._wake.set()
+        if force:
+            self._forced.set()
+
+    def wake(self) -> None:
+        """Claim again now (a local enqueue, resume or retry happened)."""
+        self._wake.set()
+
+    def request_cancel(self, job_id: str) -> None:
+        """Signal a running job to stop; force-cancel it after ``cancel_grace``."""
+        run = self.active.get(job_id)
+        if run is None or run.stop_reason is not None:
+            return
+        run.stop_reason = "cancel"
+        run.ctx._cancelled = True
+        if self._loop is not None:
+            run.force_handle = self._loop.call_later(
+                self.settings.cancel_grace, lambda: run.interrupt("cancel")
+            )
+
+    def _on_signal(self, signum: int) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            logger.info(
+                "%s received: finishing running jobs (signal again to force)",
+                signal.Signals(signum).name,
+            )
+            self.stop()
+        else:
+            logger.warning("second signal: cancelling running jobs and releasing them")
+            self.stop(force=True)
+
+    # -- the run ----------------------------------------------------------------
+    async def run(self) -> None:
+        """Run until stopped (or, in burst mode, until nothing is due)."""
+        app = self.app
+        backend = await app.connect()
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self.started_at = await backend.now()
+        self.executor = Executor(app, self.id, threads=self.concurrency)
+        self.acker = Acker(backend, self._on_refused, self._on_circuit)
+        self.leases = LeaseKeeper(
+            backend, self.id, self.active, self.settings.lease, self.request_cancel
+        )
+        heartbeat = Heartbeat(backend, self.describe, self.settings.heartbeat_interval)
+        app._local_workers.append(self)
+        if self.install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            await heartbeat.beat()
+            self._side("acker", self.acker.run())
+            self._side("leases", self.leases.run())
+            self._side("heartbeat", heartbeat.run())
+            if self.maintenance:
+                reaper, cleaner = StallReaper(app), RetentionCleaner(app)
+                if self.burst:
+                    await reaper.run_once()
+                else:
+                    self._side(
+                        "stall reaper",
+                        every(self.settings.stall_interval, reaper.run_once, "stall reaper"),
+                    )
+                    self._side(
+                        "retention",
+                        every(self.settings.cleanup_interval, cleaner.run_once, "retention"),
+                    )
+            app.events.emit("worker_started", worker_id=self.id)
+            logger.info(
+                "worker %s started: queues %s, concurrency %d",
+                self.id,
+                ",".join(self.queues),
+                self.concurrency,
+            )
+            await self._claim_loop()
+        finally:
+            await self._shutdown()
+            if self.install_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    self._loop.remove_signal_handler(sig)
+            app._local_workers.remove(self)
+        if self._crash is not None:
+            raise WorkerCrashed(f"worker {self.id} stopped: a side role died") from self._crash
+
+    def describe(self) -> WorkerInfo:
+        return WorkerInfo(
+            id=self.id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues,
+            concurrency=self.concurrency,
+            active=len(self.active),
+            started_at=self.started_at,
+        )
+
+    def _side(self, name: str, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.create_task(coro, name=f"conveyor {name}")
+        task.add_done_callback(lambda t: self._side_done(name, t))
+        self._side_tasks.append(task)
+
+    def _side_done(self, name: str, task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or self._crash is not None:
+            return
+        exc = task.exception()
+        logger.critical("worker role %r died: %r; stopping the worker", name, exc)
+        self._crash = exc or RuntimeError(f"{name} returned")
+        self.app.events.emit("error", error=self._crash, where=name)
+        self.stop()
+
+    # -- claiming -----------------------------------------------------------------
+    def _claim_request(self, limit: int) -> ClaimRequest:
+        task_limits = {
+            name: max(0, cap - self._running_by_task.get(name, 0))
+            for name, cap in self._capped.items()
+        }
+        return ClaimRequest(
+            worker_id=self.id,
+            queues=self.queues,
+            limit=limit,
+            lease=self.settings.lease,
+            task_limits=task_limits,
+            rate_limits=self._rate_limited,
+        )
+
+    async def _claim_loop(self) -> None:
+        backend = self.app.backend
+        batch_max = self.settings.claim_batch
+        failures = 0
+        while not self._stopping:
+            free = self.concurrency - len(self.active)
+            if free <= 0:
+                self._slot_free.clear()
+                await self._wait_for(self._slot_free.wait(), None)
+                continue
+            limit = min(free, batch_max)
+            self._wake.clear()
+            try:
+                result = await backend.claim_jobs(self._claim_request(limit))
+                failures = 0
+            except (BackendError, OSError) as exc:
+                failures += 1
+                delay = min(0.05 * 2**failures, 5.0)
+                logger.warning("claim failed (retrying in %.2fs): %s", delay, exc)
+                await self._wait_for(asyncio.sleep(delay), None)
+                continue
+            for job in result.expired:
+                self.app.events.emit("expired", job=job)
+                self.app.events.emit("dead", job=job, reason="expired", error=job.error)
+            for job in result.jobs:
+                self._start(job)
+            if len(result.jobs) >= limit:
+                await asyncio.sleep(0)  # let the batch start before claiming more
+                continue
+            if self.burst and not result.jobs:
+                if not self.active:
+                    break
+                self._slot_free.clear()
+                await self._wait_for(self._slot_free.wait(), None)
+                continue
+            # Fewer than asked: wait for new work, a free slot, or the poll timer.
+            poll = self.settings.poll_interval
+            if self._rate_limited:
+                poll = min(poll, 0.05)
+            self._slot_free.clear()
+            await self._wait_for(backend.wait_for_work(self.queues, poll), self._slot_free.wait())
+
+    async def _wait_for(
+        self, first: Coroutine[Any, Any, Any], second: Coroutine[Any, Any, Any] | None
+    ) -> None:
+        """Wait for ``first`` (or ``second``), or a wake-up/stop, whichever comes first."""
+        waiters = {asyncio.ensure_future(first), asyncio.ensure_future(self._wake.wait())}
+        if second is not None:
+            waiters.add(asyncio.ensure_future(second))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    def _start(self, job: Job) -> None:
+        job._app = self.app
+        ctx = JobContext(job, self.id, self._on_progress)
+        run = Running(job, ctx, lease_deadline=self.leases.trusted_until(time.monotonic()))
+        self.active[job.id] = run
+        self._running_by_task[job.task] = self._running_by_task.get(job.task, 0) + 1
+        task = asyncio.create_task(self._execute(run))
+        run.task = task
+        self._executing.add(task)
+        task.add_done_callback(self._executing.discard)
+
+    async def _execute(self, run: Running) -> None:
+        job = run.job
+        try:
+            settlement = await self.executor.execute(run)
+            if settlement is not None:
+                self.acker.add(settlement)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug in conveyor itself: leave the job to the stall reaper
+            logger.exception("internal error while running job %s", job.id)
+            self.app.events.emit("error", error=exc, where="executor")
+        finally:
+            if run.force_handle is not None:
+                run.force_handle.cancel()
+            del self.active[job.id]
+            self._running_by_task[job.task] -= 1
+            self.processed += 1
+            self._slot_free.set()
+
+    def _on_progress(self, job: Job, report: dict[str, Any]) -> None:
+        if threading.get_ident() != self._loop_thread and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._on_progress, job, report)
+            return
+        run = self.active.get(job.id)
+        if run is None:
+            return
+        run.unsaved_progress = serialization.dumps(report)
+        if self.app.events.has("progress"):
+            self.app.events.emit("progress", job=job, progress=report)
+
+    def _on_refused(self, job_ids: set[str]) -> None:
+        logger.warning("%d outcome(s) refused: their lease had moved on (G4)", len(job_ids))
+
+    def _on_circuit(self, changes: list[CircuitInfo]) -> None:
+        for circuit in changes:
+            event = "circuit_closed" if circuit.state.value == "closed" else "circuit_opened"
+            self.app.events.emit(event, task=circuit.task, circuit=circuit)
+
+    # -- shutdown ---------------------------------------------------------------
+    async def _shutdown(self) -> None:
+        self._stopping = True
+        if self.active and not self._forced.is_set():
+            logger.info(
+                "waiting up to %.0fs for %d running job(s)",
+                self.settings.shutdown_timeout,
+                len(self.active),
+            )
+            all_done = asyncio.ensure_future(asyncio.wait(set(self._executing)))
+            forced = asyncio.ensure_future(self._forced.wait())
+            await asyncio.wait(
+                [all_done, forced],
+                timeout=self.settings.shutdown_timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            all_done.cancel()
+            forced.cancel()
+        for run in list(self.active.values()):
+            run.interrupt("shutdown")
+        if self._executing:
+            await asyncio.wait(set(self._executing), timeout=5)
+        flushed = await self.acker.drain(timeout=10)
+        if not flushed:
+            logger.error(
+                "%d outcome(s) could not be stored before exit; their jobs will be "
+                "recovered as stalled",
+                self.acker.pending,
+            )
+        for task in self._side_tasks:
+            task.cancel()
+        await asyncio.gather(*self._side_tasks, return_exceptions=True)
+        try:
+            await self.app.backend.remove_worker(self.id)
+        except (BackendError, OSError) as exc:
+            logger.warning("could not remove heartbeat: %s", exc)
+        self.executor.close()
+        self.app.events.emit("worker_stopped", worker_id=self.id)
+        await self.app.events.flush()
