@@ -23,9 +23,9 @@ from conveyor.retry import Backoff
 __version__ = "0.1.0.dev0"
 
 __all__ = [
-    "Backoff",
     "BackendError",
     "BackendUnavailable",
+    "Backoff",
     "ConfigurationError",
     "ConveyorError",
     "ErrorInfo",

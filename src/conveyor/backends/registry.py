@@ -25,7 +25,9 @@ _BACKENDS: dict[str, tuple[str, str, str | None]] = {
 def scheme_of(url: str) -> str:
     scheme, sep, _ = url.partition("://")
     if not sep:
-        raise ConfigurationError(f"url: {url!r} is not a backend URL (like sqlite:///./conveyor.db)")
+        raise ConfigurationError(
+            f"url: {url!r} is not a backend URL (like sqlite:///./conveyor.db)"
+        )
     return scheme.lower()
 
 

@@ -13,7 +13,7 @@ from conveyor.job import ErrorInfo
 
 
 class DecodedFields:
-    __slots__ = ("payload", "metadata", "result", "progress", "error", "errors", "problem")
+    __slots__ = ("error", "errors", "metadata", "payload", "problem", "progress", "result")
 
     def __init__(self) -> None:
         self.payload: Any = None
