@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from conveyor.app import Conveyor
+from conveyor.context import JobContext
 from conveyor.errors import (
     BackendError,
     BackendUnavailable,
@@ -19,6 +21,7 @@ from conveyor.errors import (
 )
 from conveyor.job import ErrorInfo, FailureReason, Job, JobState
 from conveyor.retry import Backoff
+from conveyor.task import Handler, Priority, Task
 
 __version__ = "0.1.0.dev0"
 
