@@ -1,0 +1,7 @@
+"""The memory backend: ``memory://`` (private) or ``memory://NAME`` (shared in-process)."""
+
+from __future__ import annotations
+
+from conveyor.backends.memory.backend import MemoryBackend, drop_memory_store
+
+__all__ = ["MemoryBackend", "drop_memory_store"]

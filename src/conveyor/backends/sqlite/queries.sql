@@ -1,0 +1,582 @@
+-- Every statement the SQLite backend runs, one named block each.
+--
+-- queries.py parses this file once into typed LiteralString attributes. Values
+-- are always bound parameters (never formatted in); a variable-length list is
+-- one JSON array parameter read with json_each(). A block that returns jobs
+-- lists exactly the columns of JOB_COLUMNS in decode.py (checked at load).
+--
+-- Plans are pinned where the planner, without statistics, could pick a broad
+-- index and walk every job in a state: INDEXED BY names the partial index a
+-- statement must use, and "+state" keeps an id lookup on the primary key.
+--
+-- Parameter styles: ":name" blocks are bound with a dict; "?N" blocks are run
+-- with executemany() over tuples (cheaper per row).
+
+
+-- ---------------------------------------------------------------- enqueue --
+
+-- name: queue_configs
+-- The limits of the queues a batch touches (:names, a JSON array). Tables: queues.
+SELECT name, max_size, ttl
+FROM queues
+WHERE name IN (SELECT value FROM json_each(:names));
+
+-- name: live_keys
+-- Idempotency keys among :keys (a JSON array) still live at :now. Tables: idempotency_keys.
+SELECT key, job_id, task, queue, final_state
+FROM idempotency_keys
+WHERE key IN (SELECT value FROM json_each(:keys)) AND expires_at > :now;
+
+-- name: count_pending
+-- Waiting + delayed jobs of one queue, for backpressure. Tables: jobs
+-- (jobs_claim, jobs_delayed; index-only).
+SELECT (SELECT count(*) FROM jobs INDEXED BY jobs_claim
+        WHERE state = 'waiting' AND queue = :queue)
+     + (SELECT count(*) FROM jobs INDEXED BY jobs_delayed
+        WHERE state = 'delayed' AND queue = :queue);
+
+-- name: insert_job
+-- Insert one new job (executemany over a batch). Tables: jobs.
+INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
+                  created_at, expires_at, idempotency_key, tenant, retry_of, payload, metadata)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16);
+
+-- name: upsert_key
+-- Remember an idempotency key for a new job, replacing an expired row (executemany).
+-- Tables: idempotency_keys.
+INSERT INTO idempotency_keys (key, job_id, task, queue, final_state, expires_at)
+VALUES (?1, ?2, ?3, ?4, NULL, ?5)
+ON CONFLICT (key) DO UPDATE SET
+    job_id = excluded.job_id,
+    task = excluded.task,
+    queue = excluded.queue,
+    final_state = NULL,
+    expires_at = excluded.expires_at;
+
+
+-- ------------------------------------------------------------------ claim --
+
+-- name: promote_due
+-- Delayed jobs whose run_at has come become waiting (all queues). An index-only
+-- no-op when nothing is due. Tables: jobs (jobs_delayed).
+UPDATE jobs INDEXED BY jobs_delayed
+SET state = 'waiting'
+WHERE state = 'delayed' AND run_at <= :now;
+
+-- name: expire_due
+-- Waiting jobs past expires_at (all queues) fail as expired, with an Expired
+-- error appended; returns them. An index-only no-op when nothing is due.
+-- Tables: jobs (jobs_expiry).
+UPDATE jobs INDEXED BY jobs_expiry
+SET state = 'failed',
+    failure_reason = 'expired',
+    finished_at = :now,
+    errors = CASE
+        WHEN json_valid(errors) AND json_type(errors) = 'array'
+            THEN json_insert(errors, '$[#]', json_object(
+                'type', 'Expired', 'message', 'queue TTL expired', 'traceback', '',
+                'attempt', attempts, 'reason', 'expired', 'at', :now))
+        ELSE json_array(json_object(
+                'type', 'Expired', 'message', 'queue TTL expired', 'traceback', '',
+                'attempt', attempts, 'reason', 'expired', 'at', :now))
+    END
+WHERE state = 'waiting' AND expires_at <= :now
+RETURNING
+    id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
+    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
+    payload, metadata, result, progress, errors;
+
+-- name: open_circuits
+-- Circuits that are not closed (open or half-open). Tables: circuits.
+SELECT task, open_until
+FROM circuits
+WHERE state <> 'closed';
+
+-- name: claim_fast
+-- The fast path, one statement: claim up to :limit waiting jobs of the
+-- un-paused queues in :queues (JSON array), in claim order, skipping the tasks
+-- in :blocked (open circuits). Per queue, the correlated subquery walks
+-- jobs_claim in order and stops after :limit rows, so a claim costs
+-- O(queues x limit), never O(waiting jobs). Tables: jobs (jobs_claim), queues.
+UPDATE jobs
+SET state = 'active',
+    attempts = attempts + 1,
+    lease_until = :lease_until,
+    lease_token = :token,
+    worker_id = :worker_id,
+    started_at = :now
+WHERE rowid IN (
+    SELECT j.rowid
+    FROM json_each(:queues) AS q
+    JOIN jobs AS j ON j.rowid IN (
+        SELECT c.rowid
+        FROM jobs AS c
+        WHERE c.state = 'waiting' AND c.queue = q.value AND c.run_at <= :now
+          AND c.task NOT IN (SELECT value FROM json_each(:blocked))
+        ORDER BY c.priority DESC, c.run_at, c.id
+        LIMIT :limit)
+    WHERE q.value NOT IN (SELECT name FROM queues WHERE paused = 1)
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT :limit)
+RETURNING
+    id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
+    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
+    payload, metadata, result, progress, errors;
+
+-- name: claim_candidates
+-- The slow path's candidates: like claim_fast's choice, but only (id, task),
+-- excluding the tasks in :excluded (open circuits, exhausted caps), so the
+-- caller can apply per-task caps. Tables: jobs (jobs_claim), queues.
+SELECT j.id, j.task
+FROM json_each(:queues) AS q
+JOIN jobs AS j ON j.rowid IN (
+    SELECT c.rowid
+    FROM jobs AS c
+    WHERE c.state = 'waiting' AND c.queue = q.value AND c.run_at <= :now
+      AND c.task NOT IN (SELECT value FROM json_each(:excluded))
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT :limit)
+WHERE q.value NOT IN (SELECT name FROM queues WHERE paused = 1)
+ORDER BY j.priority DESC, j.run_at, j.id
+LIMIT :limit;
+
+-- name: claim_ids
+-- The slow path's claim of the chosen :ids (JSON array). Tables: jobs.
+UPDATE jobs
+SET state = 'active',
+    attempts = attempts + 1,
+    lease_until = :lease_until,
+    lease_token = :token,
+    worker_id = :worker_id,
+    started_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = 'waiting'
+RETURNING
+    id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
+    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
+    payload, metadata, result, progress, errors;
+
+-- name: rate_trim
+-- Forget one task's starts that left its window (at <= :since). Tables: rate_starts.
+DELETE FROM rate_starts
+WHERE task = :task AND at <= :since;
+
+-- name: rate_used
+-- Starts of one task inside its sliding window (at > :since). Tables: rate_starts.
+SELECT coalesce(sum(n), 0)
+FROM rate_starts
+WHERE task = :task AND at > :since;
+
+-- name: rate_record
+-- Log :n starts of a task at :at (executemany). Tables: rate_starts.
+INSERT INTO rate_starts (task, at, n, period)
+VALUES (?1, ?2, ?3, ?4);
+
+-- name: circuit_trial
+-- A trial job was claimed for an open circuit: half-open until now + open_for,
+-- so a lost trial is retried later (executemany). Tables: circuits.
+UPDATE circuits
+SET state = 'half_open',
+    open_until = ?1 + coalesce(open_for, 0)
+WHERE task = ?2;
+
+
+-- ------------------------------------------------- renew, settle, progress --
+
+-- name: leases_of
+-- Current lease of the active jobs among :ids (JSON array). Tables: jobs.
+SELECT id, lease_token, cancel_requested, queue
+FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = 'active';
+
+-- name: renew_lease
+-- Extend one lease, fenced by its token (executemany). Tables: jobs (jobs_lease).
+UPDATE jobs
+SET lease_until = ?1
+WHERE id = ?2 AND lease_token = ?3 AND state = 'active';
+
+-- name: save_progress
+-- Store one job's progress, fenced by its token (executemany). Tables: jobs.
+UPDATE jobs
+SET progress = ?1
+WHERE id = ?2 AND lease_token = ?3 AND state = 'active';
+
+-- name: settle_job
+-- Apply one run's outcome, fenced by its token (executemany). ?1 new state,
+-- ?2 result, ?3 failure reason, ?4 error JSON to append, ?5 new run_at,
+-- ?6 attempts to give back, ?7 finished_at, ?8 clear worker_id, ?9 progress,
+-- ?10 id, ?11 lease token. A stored error history that is not a JSON array is
+-- replaced rather than failing the batch. Tables: jobs.
+UPDATE jobs
+SET state = ?1,
+    result = coalesce(?2, result),
+    failure_reason = ?3,
+    errors = CASE
+        WHEN ?4 IS NULL THEN errors
+        WHEN json_valid(errors) AND json_type(errors) = 'array'
+            THEN json_insert(errors, '$[#]', json(?4))
+        ELSE json_array(json(?4))
+    END,
+    run_at = coalesce(?5, run_at),
+    attempts = max(attempts - ?6, 0),
+    finished_at = ?7,
+    worker_id = CASE WHEN ?8 THEN NULL ELSE worker_id END,
+    progress = coalesce(?9, progress),
+    lease_until = NULL,
+    lease_token = NULL
+WHERE id = ?10 AND lease_token = ?11 AND state = 'active';
+
+-- name: circuits_of
+-- The circuits of the tasks in :tasks (JSON array). Tables: circuits.
+SELECT task, state, failures, open_for, open_until
+FROM circuits
+WHERE task IN (SELECT value FROM json_each(:tasks));
+
+-- name: upsert_circuit
+-- Write one circuit (executemany). Tables: circuits.
+INSERT INTO circuits (task, state, failures, open_for, open_until)
+VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (task) DO UPDATE SET
+    state = excluded.state,
+    failures = excluded.failures,
+    open_for = excluded.open_for,
+    open_until = excluded.open_until;
+
+
+-- ------------------------------------------------------------ waiting --
+
+-- name: data_version
+-- Changes whenever another connection (any process) commits. No table read.
+PRAGMA data_version;
+
+-- name: next_due
+-- When the next delayed job of :queues (JSON array) becomes due. Walks
+-- jobs_delayed in run_at order and stops at the first match. Tables: jobs.
+SELECT run_at
+FROM jobs INDEXED BY jobs_delayed
+WHERE state = 'delayed' AND queue IN (SELECT value FROM json_each(:queues))
+ORDER BY run_at
+LIMIT 1;
+
+
+-- ---------------------------------------------------------------- reads --
+
+-- name: jobs_by_ids
+-- The jobs among :ids (JSON array). Tables: jobs.
+SELECT
+    id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
+    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
+    payload, metadata, result, progress, errors
+FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: list_jobs
+-- Jobs matching a JobFilter (a NULL parameter matches everything), newest
+-- first, paged. Tables: jobs.
+SELECT
+    id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
+    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
+    payload, metadata, result, progress, errors
+FROM jobs
+WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:tenant IS NULL OR tenant = :tenant)
+  AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+  AND (:finished_before IS NULL OR finished_at < :finished_before)
+ORDER BY created_at DESC, id DESC
+LIMIT :limit OFFSET :offset;
+
+-- name: count_jobs
+-- How many jobs match a JobFilter (a NULL parameter matches everything). Tables: jobs.
+SELECT count(*)
+FROM jobs
+WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:tenant IS NULL OR tenant = :tenant)
+  AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+  AND (:finished_before IS NULL OR finished_at < :finished_before);
+
+-- name: count_waiting
+-- How many jobs are waiting. Tables: jobs (jobs_claim, index-only).
+SELECT count(*)
+FROM jobs INDEXED BY jobs_claim
+WHERE state = 'waiting';
+
+-- name: count_delayed
+-- How many jobs are delayed. Tables: jobs (jobs_delayed, index-only).
+SELECT count(*)
+FROM jobs INDEXED BY jobs_delayed
+WHERE state = 'delayed';
+
+-- name: count_active
+-- How many jobs are active. Tables: jobs (jobs_lease, index-only).
+SELECT count(*)
+FROM jobs INDEXED BY jobs_lease
+WHERE state = 'active';
+
+-- name: count_finished
+-- How many jobs are in terminal :state (the dead-letter count). Tables: jobs
+-- (jobs_finished, index-only).
+SELECT count(*)
+FROM jobs INDEXED BY jobs_finished
+WHERE state = :state AND finished_at IS NOT NULL;
+
+-- name: counts_by_queue
+-- Jobs per queue and state, each state read from its own partial index
+-- (index-only; finished_at is set exactly on terminal jobs). Tables: jobs.
+SELECT queue, 'waiting', count(*)
+FROM jobs INDEXED BY jobs_claim
+WHERE state = 'waiting'
+GROUP BY queue
+UNION ALL
+SELECT queue, 'delayed', count(*)
+FROM jobs INDEXED BY jobs_delayed
+WHERE state = 'delayed'
+GROUP BY queue
+UNION ALL
+SELECT queue, 'active', count(*)
+FROM jobs INDEXED BY jobs_lease
+WHERE state = 'active'
+GROUP BY queue
+UNION ALL
+SELECT queue, state, count(*)
+FROM jobs INDEXED BY jobs_finished
+WHERE finished_at IS NOT NULL AND state IN ('completed', 'failed', 'cancelled')
+GROUP BY state, queue;
+
+-- name: queue_rows
+-- Every configured queue. Tables: queues.
+SELECT name, paused, max_size, ttl
+FROM queues
+ORDER BY name;
+
+-- name: oldest_waiting
+-- Per queue, the run_at of its oldest due waiting job. Tables: jobs (jobs_claim).
+SELECT queue, min(run_at)
+FROM jobs INDEXED BY jobs_claim
+WHERE state = 'waiting' AND run_at <= :now
+GROUP BY queue;
+
+-- name: cancel_requested_of
+-- Which of the active jobs among :ids (JSON array) have a cancel request. Tables: jobs.
+SELECT id
+FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = 'active' AND cancel_requested = 1;
+
+
+-- ------------------------------------------------------- acting on jobs --
+
+-- name: cancel_job
+-- Waiting/delayed: cancelled now; active: flag cancel_requested. Returns the
+-- job when it changed. Tables: jobs.
+UPDATE jobs
+SET state = CASE WHEN state = 'active' THEN state ELSE 'cancelled' END,
+    finished_at = CASE WHEN state = 'active' THEN finished_at ELSE :now END,
+    cancel_requested = CASE WHEN state = 'active' THEN 1 ELSE cancel_requested END
+WHERE id = :id AND state IN ('waiting', 'delayed', 'active')
+RETURNING
+    id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
+    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
+    payload, metadata, result, progress, errors;
+
+-- name: job_state
+-- One job's state. Tables: jobs.
+SELECT state
+FROM jobs
+WHERE id = :id;
+
+-- name: insert_retry_copy
+-- Copy failed job :id into a new waiting job :new_id with fresh attempts and
+-- no idempotency key; its TTL (the smaller of the job's and its queue's) counts
+-- from :now. Tables: jobs, queues.
+INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
+                  created_at, expires_at, tenant, retry_of, payload, metadata)
+SELECT :new_id, task, queue, 'waiting', priority, max_attempts, timeout, ttl, :now, :now,
+       :now + min(coalesce(ttl, (SELECT q.ttl FROM queues AS q WHERE q.name = jobs.queue)),
+                  coalesce((SELECT q.ttl FROM queues AS q WHERE q.name = jobs.queue), ttl)),
+       tenant, id, payload, metadata
+FROM jobs
+WHERE id = :id;
+
+-- name: mark_retried
+-- The original failed job points at its retry. Tables: jobs.
+UPDATE jobs
+SET retried_as = :new_id
+WHERE id = :id;
+
+-- name: delete_jobs
+-- Delete the jobs among :ids (JSON array) that are not active; returns what
+-- idempotency keys need. Tables: jobs.
+DELETE FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state <> 'active'
+RETURNING idempotency_key, id, state;
+
+-- name: purge_jobs
+-- Delete up to :chunk non-active jobs matching a JobFilter (NULL matches
+-- everything); returns what idempotency keys need. Tables: jobs.
+DELETE FROM jobs
+WHERE rowid IN (
+    SELECT rowid
+    FROM jobs
+    WHERE state <> 'active'
+      AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+      AND (:queue IS NULL OR queue = :queue)
+      AND (:task IS NULL OR task = :task)
+      AND (:tenant IS NULL OR tenant = :tenant)
+      AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
+      AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+      AND (:finished_before IS NULL OR finished_at < :finished_before)
+    LIMIT :chunk)
+RETURNING idempotency_key, id, state;
+
+-- name: remember_final_state
+-- A keyed job's row is being deleted: its key remembers how it ended
+-- (executemany). Tables: idempotency_keys.
+UPDATE idempotency_keys
+SET final_state = ?1
+WHERE key = ?2 AND job_id = ?3;
+
+
+-- ------------------------------------------------------------ maintenance --
+
+-- name: recover_stalled
+-- Active jobs whose lease ended before :now: back to waiting with stalls + 1,
+-- or failed/stalled when no attempt or stall is left; a Stalled error is
+-- appended either way. Returns them. Tables: jobs (jobs_lease).
+UPDATE jobs INDEXED BY jobs_lease
+SET state = CASE WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled
+                 THEN 'failed' ELSE 'waiting' END,
+    failure_reason = CASE WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled
+                          THEN 'stalled' ELSE failure_reason END,
+    finished_at = CASE WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled
+                       THEN :now ELSE finished_at END,
+    worker_id = CASE WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled
+                     THEN worker_id ELSE NULL END,
+    stalls = stalls + 1,
+    lease_until = NULL,
+    lease_token = NULL,
+    errors = CASE
+        WHEN json_valid(errors) AND json_type(errors) = 'array'
+            THEN json_insert(errors, '$[#]', json_object(
+                'type', 'Stalled', 'message', 'lease expired: the worker stopped renewing it',
+                'traceback', '', 'attempt', attempts, 'reason', 'stalled', 'at', :now))
+        ELSE json_array(json_object(
+                'type', 'Stalled', 'message', 'lease expired: the worker stopped renewing it',
+                'traceback', '', 'attempt', attempts, 'reason', 'stalled', 'at', :now))
+    END
+WHERE state = 'active' AND lease_until < :now
+RETURNING
+    id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
+    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
+    payload, metadata, result, progress, errors;
+
+-- name: prune_by_age
+-- Delete up to :chunk jobs in :state finished before :before, of :task (NULL =
+-- any) and not of the tasks in :exclude (JSON array). Tables: jobs (jobs_finished).
+DELETE FROM jobs
+WHERE rowid IN (
+    SELECT rowid
+    FROM jobs
+    WHERE state = :state AND finished_at < :before
+      AND (:task IS NULL OR task = :task)
+      AND task NOT IN (SELECT value FROM json_each(:exclude))
+    LIMIT :chunk)
+RETURNING idempotency_key, id, state;
+
+-- name: prune_by_count
+-- Delete up to :chunk jobs in :state beyond the :keep newest by finished_at,
+-- same task filters as prune_by_age. Tables: jobs (jobs_finished).
+DELETE FROM jobs
+WHERE rowid IN (
+    SELECT rowid
+    FROM jobs
+    WHERE state = :state AND finished_at IS NOT NULL
+      AND (:task IS NULL OR task = :task)
+      AND task NOT IN (SELECT value FROM json_each(:exclude))
+    ORDER BY finished_at DESC, id DESC
+    LIMIT :chunk OFFSET :keep)
+RETURNING idempotency_key, id, state;
+
+-- name: prune_keys
+-- Drop idempotency keys past their expiry. Tables: idempotency_keys.
+DELETE FROM idempotency_keys
+WHERE expires_at <= :now;
+
+-- name: prune_rate_starts
+-- Drop rate-limit starts older than their window. Tables: rate_starts.
+DELETE FROM rate_starts
+WHERE at <= :now - period;
+
+
+-- ------------------------------------------------------------------ queues --
+
+-- name: configure_queue
+-- Create or update a queue's limits, keeping its paused flag. Tables: queues.
+INSERT INTO queues (name, max_size, ttl)
+VALUES (:name, :max_size, :ttl)
+ON CONFLICT (name) DO UPDATE SET
+    max_size = excluded.max_size,
+    ttl = excluded.ttl;
+
+-- name: set_queue_paused
+-- Pause or resume a queue, creating its row when needed. Tables: queues.
+INSERT INTO queues (name, paused)
+VALUES (:name, :paused)
+ON CONFLICT (name) DO UPDATE SET
+    paused = excluded.paused;
+
+
+-- ---------------------------------------------------------------- circuits --
+
+-- name: list_circuits
+-- Every circuit with a row. Tables: circuits.
+SELECT task, state, failures, open_until
+FROM circuits
+ORDER BY task;
+
+-- name: reset_circuit
+-- Close a circuit and forget its failures. Tables: circuits.
+UPDATE circuits
+SET state = 'closed',
+    failures = 0,
+    open_until = NULL
+WHERE task = :task;
+
+
+-- -------------------------------------------------------------- heartbeats --
+
+-- name: record_heartbeat
+-- Upsert a worker; last_seen is the backend's now. Tables: workers.
+INSERT INTO workers (id, info, last_seen)
+VALUES (:id, :info, :now)
+ON CONFLICT (id) DO UPDATE SET
+    info = excluded.info,
+    last_seen = excluded.last_seen;
+
+-- name: list_workers
+-- Every worker that sent a heartbeat. Tables: workers.
+SELECT id, info, last_seen
+FROM workers
+ORDER BY id;
+
+-- name: remove_worker
+-- Forget a worker. Tables: workers.
+DELETE FROM workers
+WHERE id = :id;
+
+
+-- ------------------------------------------------------------------ misc --
+
+-- name: ping
+-- A round trip that reads nothing.
+SELECT 1;

@@ -1,0 +1,103 @@
+-- The current full schema of the conveyor SQLite backend (snapshot).
+--
+-- Equal to every file in migrations/ applied in order; a test
+-- (tests/migrations/test_sqlite_migrations.py) holds the two together. Read
+-- this file to see the schema; change it only together with a new migration.
+
+-- One row per job. Small, hot columns first; the JSON blobs last, so reading
+-- the state or the lease never walks into a payload's overflow pages.
+CREATE TABLE jobs (
+    id               TEXT    NOT NULL PRIMARY KEY,
+    task             TEXT    NOT NULL,
+    queue            TEXT    NOT NULL,
+    state            TEXT    NOT NULL,
+    priority         INTEGER NOT NULL DEFAULT 0,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    max_attempts     INTEGER NOT NULL DEFAULT 3,
+    timeout          REAL,
+    ttl              REAL,
+    run_at           REAL    NOT NULL,
+    created_at       REAL    NOT NULL,
+    started_at       REAL,
+    finished_at      REAL,
+    expires_at       REAL,
+    lease_until      REAL,
+    lease_token      TEXT,
+    worker_id        TEXT,
+    stalls           INTEGER NOT NULL DEFAULT 0,
+    failure_reason   TEXT,
+    idempotency_key  TEXT,
+    tenant           TEXT,
+    retried_as       TEXT,
+    retry_of         TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    payload          BLOB    NOT NULL,
+    metadata         BLOB,
+    result           BLOB,
+    progress         BLOB,
+    errors           TEXT
+);
+
+-- No index on (state, queue): every state change would pay for it. Each state
+-- has its own partial index instead, and the counts per queue and state read
+-- them (index-only): waiting from jobs_claim, delayed from jobs_delayed, active
+-- from jobs_lease, terminal states from jobs_finished.
+--
+-- Claim: the next waiting jobs of one queue in claim order.
+CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'waiting';
+-- Delayed promotion: an index-only no-op when nothing is due.
+CREATE INDEX jobs_delayed ON jobs (run_at, queue) WHERE state = 'delayed';
+-- TTL expiry: only waiting jobs that have a TTL at all.
+CREATE INDEX jobs_expiry ON jobs (expires_at) WHERE state = 'waiting' AND expires_at IS NOT NULL;
+-- Stall recovery: active jobs by lease end.
+CREATE INDEX jobs_lease ON jobs (lease_until, queue) WHERE state = 'active';
+-- Retention (finished jobs of a state by age), the dead-letter queue.
+CREATE INDEX jobs_finished ON jobs (state, finished_at, queue) WHERE finished_at IS NOT NULL;
+-- Listing, newest first; tenant filters.
+CREATE INDEX jobs_created ON jobs (created_at, id);
+CREATE INDEX jobs_tenant ON jobs (tenant, created_at) WHERE tenant IS NOT NULL;
+
+-- Idempotency keys outlive their job's row: final_state remembers how the job
+-- ended when retention (or a delete) removed it.
+CREATE TABLE idempotency_keys (
+    key         TEXT NOT NULL PRIMARY KEY,
+    job_id      TEXT NOT NULL,
+    task        TEXT NOT NULL,
+    queue       TEXT NOT NULL,
+    final_state TEXT,
+    expires_at  REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at);
+
+-- Configured queues (a queue with jobs but no row has the defaults).
+CREATE TABLE queues (
+    name     TEXT    NOT NULL PRIMARY KEY,
+    paused   INTEGER NOT NULL DEFAULT 0,
+    max_size INTEGER,
+    ttl      REAL
+) WITHOUT ROWID;
+
+-- Circuit breakers, per task (no row = closed, no failures).
+CREATE TABLE circuits (
+    task       TEXT    NOT NULL PRIMARY KEY,
+    state      TEXT    NOT NULL DEFAULT 'closed',
+    failures   INTEGER NOT NULL DEFAULT 0,
+    open_for   REAL,
+    open_until REAL
+) WITHOUT ROWID;
+
+-- Sliding-window rate limits: a log of starts (n jobs of a task at one time).
+CREATE TABLE rate_starts (
+    task   TEXT    NOT NULL,
+    at     REAL    NOT NULL,
+    n      INTEGER NOT NULL,
+    period REAL    NOT NULL
+);
+CREATE INDEX rate_starts_task ON rate_starts (task, at);
+
+-- Worker heartbeats.
+CREATE TABLE workers (
+    id        TEXT NOT NULL PRIMARY KEY,
+    info      TEXT NOT NULL,
+    last_seen REAL NOT NULL
+) WITHOUT ROWID;

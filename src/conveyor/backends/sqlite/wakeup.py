@@ -1,0 +1,72 @@
+"""In-process wake-ups for ``wait_for_work``.
+
+Two sources wake a waiting worker:
+
+- this process enqueued or released work: :meth:`WorkSignal.notify` is called
+  on the event loop right after the commit, and wakes the waiters on those
+  queues at once;
+- another process committed: the backend polls ``PRAGMA data_version`` (it
+  changes on every other connection's commit) every few milliseconds while
+  anyone waits, and calls :meth:`WorkSignal.notify_all`.
+
+A notification for a queue nobody waits on is kept as pending, so a worker
+that was between a claim and its next wait does not miss it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+
+class WorkSignal:
+    """Waiters by queue set. Used from the event loop thread only."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[asyncio.Future[None], frozenset[str]] = {}
+        self._pending: set[str] = set()
+
+    @property
+    def has_waiters(self) -> bool:
+        return bool(self._waiters)
+
+    def take_pending(self, queues: frozenset[str]) -> bool:
+        """Consume a pending notification for any of ``queues``."""
+        hit = self._pending & queues
+        if hit:
+            self._pending -= hit
+            return True
+        return False
+
+    def add(self, queues: frozenset[str]) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[future] = queues
+        return future
+
+    def remove(self, future: asyncio.Future[None]) -> None:
+        self._waiters.pop(future, None)
+        if not future.done():
+            future.cancel()
+
+    def notify(self, queues: Iterable[str]) -> None:
+        """New work in ``queues`` (called on the loop, after the commit)."""
+        names = set(queues)
+        if not names:
+            return
+        woken: set[str] = set()
+        for future, wanted in self._waiters.items():
+            hit = wanted & names
+            if hit and not future.done():
+                future.set_result(None)
+                woken |= hit
+        self._pending |= names - woken
+
+    def notify_all(self) -> None:
+        """Something changed somewhere (another process committed): wake everyone."""
+        for future in self._waiters:
+            if not future.done():
+                future.set_result(None)
+
+    def close(self) -> None:
+        self.notify_all()
+        self._pending.clear()

@@ -1,0 +1,190 @@
+"""Small builders shared by the conformance tests: jobs, claims, settlements."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from conveyor import serialization
+from conveyor.backends.base import (
+    Backend,
+    CircuitPolicy,
+    ClaimRequest,
+    ClaimResult,
+    NewJob,
+    Outcome,
+    Settlement,
+    SettleResult,
+)
+from conveyor.ids import new_id
+from conveyor.job import ErrorInfo, FailureReason, Job, JobState
+from conveyor.ratelimit import RateLimit
+
+#: A lease long enough never to expire during a test that does not want it to.
+LONG_LEASE = 30.0
+#: Tolerance when comparing two readings of the backend clock taken moments apart.
+CLOCK_SLACK = 0.25
+
+
+def new_job(
+    task: str = "t",
+    queue: str = "default",
+    payload: Any = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    **options: Any,
+) -> NewJob:
+    """A :class:`NewJob` with a fresh id; ``options`` are NewJob's other fields."""
+    return NewJob(
+        id=options.pop("id", None) or new_id(),
+        task=task,
+        queue=queue,
+        payload=serialization.dumps({} if payload is None else payload),
+        metadata=None if metadata is None else serialization.dumps(metadata),
+        **options,
+    )
+
+
+async def enqueue(backend: Backend, *jobs: NewJob) -> list[Job]:
+    return await backend.enqueue_jobs(list(jobs))
+
+
+async def enqueue_one(
+    backend: Backend, task: str = "t", queue: str = "default", **options: Any
+) -> Job:
+    (job,) = await backend.enqueue_jobs([new_job(task, queue, **options)])
+    return job
+
+
+async def enqueue_sequentially(
+    backend: Backend, count: int, task: str = "t", queue: str = "default", **options: Any
+) -> list[Job]:
+    """``count`` jobs, one call each, a little apart: distinct ``created_at``/``run_at``."""
+    jobs = []
+    for _ in range(count):
+        jobs.append(await enqueue_one(backend, task, queue, **options))
+        await asyncio.sleep(0.002)
+    return jobs
+
+
+async def claim(
+    backend: Backend,
+    queues: Sequence[str] = ("default",),
+    limit: int = 100,
+    lease: float = LONG_LEASE,
+    worker_id: str = "worker-1",
+    task_limits: dict[str, int] | None = None,
+    rate_limits: dict[str, RateLimit] | None = None,
+    circuit_tasks: bool = True,
+) -> ClaimResult:
+    return await backend.claim_jobs(
+        ClaimRequest(
+            worker_id=worker_id,
+            queues=list(queues),
+            limit=limit,
+            lease=lease,
+            task_limits=task_limits or {},
+            rate_limits=rate_limits or {},
+            circuit_tasks=circuit_tasks,
+        )
+    )
+
+
+async def claim_one(backend: Backend, queue: str = "default", **kwargs: Any) -> Job:
+    result = await claim(backend, [queue], limit=1, **kwargs)
+    assert len(result.jobs) == 1, f"expected one claimed job, got {len(result.jobs)}"
+    return result.jobs[0]
+
+
+def error(message: str = "boom", type_: str = "RuntimeError", attempt: int = 1) -> ErrorInfo:
+    return ErrorInfo(type=type_, message=message, traceback="Traceback: ...", attempt=attempt)
+
+
+def settlement(job: Job, outcome: Outcome, **fields: Any) -> Settlement:
+    assert job.lease_token is not None, "settle a job as returned by claim_jobs"
+    return Settlement(job.id, job.lease_token, outcome, task=job.task, **fields)
+
+
+async def settle(backend: Backend, job: Job, outcome: Outcome, **fields: Any) -> SettleResult:
+    return await backend.settle_jobs([settlement(job, outcome, **fields)])
+
+
+async def settle_ok(backend: Backend, job: Job, outcome: Outcome, **fields: Any) -> SettleResult:
+    result = await settle(backend, job, outcome, **fields)
+    assert result.refused == set(), f"settlement of {job.id} was refused"
+    return result
+
+
+async def fetch(backend: Backend, job_id: str) -> Job:
+    job = await backend.get_job(job_id)
+    assert job is not None, f"job {job_id} is gone"
+    return job
+
+
+async def claim_exact(backend: Backend, job: Job, queue: str | None = None) -> Job:
+    """Claim ``job`` itself; other jobs the claim took are released untouched."""
+    result = await claim(backend, [queue or job.queue], limit=1000)
+    others = [j for j in result.jobs if j.id != job.id]
+    if others:
+        refused = await backend.settle_jobs([settlement(j, Outcome.RELEASE) for j in others])
+        assert refused.refused == set()
+    running = [j for j in result.jobs if j.id == job.id]
+    assert running, f"job {job.id} was not claimable"
+    return running[0]
+
+
+async def make_failed(
+    backend: Backend,
+    task: str = "t",
+    queue: str = "default",
+    reason: FailureReason = FailureReason.ERROR,
+    **options: Any,
+) -> Job:
+    """Enqueue, claim and fail one job; returns it as stored."""
+    job = await enqueue_one(backend, task, queue, **options)
+    running = await claim_exact(backend, job)
+    await settle_ok(backend, running, Outcome.FAIL, error=error(), failure_reason=reason)
+    return await fetch(backend, job.id)
+
+
+async def make_finished(
+    backend: Backend,
+    state: JobState,
+    task: str = "t",
+    queue: str = "default",
+    **options: Any,
+) -> Job:
+    """One job brought to a terminal ``state`` through the normal path."""
+    if state is JobState.CANCELLED:
+        job = await enqueue_one(backend, task, queue, **options)
+        cancelled = await backend.cancel_job(job.id)
+        assert cancelled is not None
+        return cancelled
+    if state is JobState.FAILED:
+        return await make_failed(backend, task, queue, **options)
+    assert state is JobState.COMPLETED
+    job = await enqueue_one(backend, task, queue, **options)
+    running = await claim_exact(backend, job)
+    await settle_ok(backend, running, Outcome.COMPLETE, result=serialization.dumps("ok"))
+    return await fetch(backend, job.id)
+
+
+async def fail_run(
+    backend: Backend, task: str, policy: CircuitPolicy, queue: str = "default"
+) -> SettleResult:
+    """Enqueue, claim and FAIL one job of ``task``, counting it in the circuit."""
+    job = await enqueue_one(backend, task, queue)
+    running = await claim_exact(backend, job)
+    return await settle_ok(
+        backend,
+        running,
+        Outcome.FAIL,
+        error=error(),
+        failure_reason=FailureReason.ERROR,
+        circuit=policy,
+    )
+
+
+def ids(jobs: Sequence[Job]) -> list[str]:
+    return [job.id for job in jobs]
