@@ -1,14 +1,37 @@
-"""Job and token ids: time-ordered, so ids sort roughly by creation."""
+"""Job and token ids.
+
+Job ids sort in creation order within a process: 48 bits of milliseconds, a
+24-bit sequence within the millisecond, then 32 random bits. Claims break ties
+by id, so this keeps FIFO order inside one ``enqueue_many`` batch.
+"""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
+
+_lock = threading.Lock()
+_last_ms = 0
+_seq = 0
 
 
 def new_id() -> str:
-    """26 hex digits: 48 bits of milliseconds, then 56 random bits."""
-    return f"{time.time_ns() // 1_000_000:012x}{os.urandom(7).hex()}"
+    """26 hex digits, increasing within this process (even if the clock steps back)."""
+    global _last_ms, _seq
+    ms = time.time_ns() // 1_000_000
+    with _lock:
+        if ms <= _last_ms:
+            ms = _last_ms
+            _seq += 1
+            if _seq > 0xFFFFFF:  # 16M ids in one millisecond: borrow the next one
+                ms = _last_ms = ms + 1
+                _seq = 0
+        else:
+            _last_ms = ms
+            _seq = 0
+        seq = _seq
+    return f"{ms:012x}{seq:06x}{os.urandom(4).hex()}"
 
 
 def new_token() -> str:
