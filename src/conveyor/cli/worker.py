@@ -1,0 +1,225 @@
+"""``conveyor worker APP``: run a worker, or a supervisor of N worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from conveyor.app import Conveyor
+from conveyor.backends.base import CircuitInfo
+from conveyor.cli.common import split_list, state, url_option
+from conveyor.cli.errors import USAGE, CommandFailed, fail
+from conveyor.cli.loading import load_app
+from conveyor.durations import format_duration
+from conveyor.job import ErrorInfo, Job
+from conveyor.worker.worker import WorkerCrashed
+
+logger = logging.getLogger("conveyor.worker")
+
+#: ``conveyor.worker.executor`` names its thread-pool threads with this prefix.
+JOB_THREAD_PREFIX = "conveyor-job"
+
+LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
+
+
+def setup_logging(level: str) -> None:
+    """Rich log lines on a terminal; plain timestamped lines otherwise (files, CI)."""
+    from rich.console import Console
+    from rich.logging import RichHandler
+
+    stderr = Console(stderr=True)
+    handler: logging.Handler
+    if stderr.is_terminal:
+        handler = RichHandler(console=stderr, show_path=False, markup=False)
+        handler.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+@click.command("worker")
+@click.argument("app_spec", metavar="APP")
+@click.option(
+    "-q",
+    "--queues",
+    multiple=True,
+    metavar="Q1,Q2",
+    help="Queues to listen on (default: 'default' and every queue of the app's tasks).",
+)
+@click.option(
+    "-c",
+    "--concurrency",
+    type=click.IntRange(1),
+    help="Jobs run at once per process (default: the app's setting, 50).",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Run this many worker processes under a supervisor that restarts them.",
+)
+@click.option("--burst", is_flag=True, help="Exit once nothing is due.")
+@click.option("--with-scheduler", is_flag=True, help="Also run the scheduler (not yet available).")
+@click.option("--log-level", type=LEVELS, default="info", show_default=True)
+@click.option("--supervisor-pid", type=int, hidden=True)
+@url_option
+@click.pass_context
+def worker_command(
+    ctx: click.Context,
+    app_spec: str,
+    queues: tuple[str, ...],
+    concurrency: int | None,
+    processes: int,
+    burst: bool,
+    with_scheduler: bool,
+    log_level: str,
+    supervisor_pid: int | None,
+) -> None:
+    """Run a worker for APP (module:attribute of a Conveyor), until SIGTERM/SIGINT.
+
+    The first signal stops claiming and lets running jobs finish within
+    shutdown_timeout; a second one cancels them and gives them back.
+    """
+    if with_scheduler:
+        fail(
+            "--with-scheduler: the scheduler arrives in a later release of conveyor; "
+            "run the worker without it",
+            USAGE,
+        )
+    url = state().url
+    app = load_app(app_spec, url)
+    app.backend  # noqa: B018  # builds (does not open) the backend: a bad URL fails here, once
+    listen = split_list(queues)
+    setup_logging(log_level)
+    if processes > 1:
+        from conveyor.worker.supervisor import Supervisor
+
+        command = [sys.executable, "-m", "conveyor", "worker", app_spec]
+        if listen:
+            command += ["--queues", ",".join(listen)]
+        if concurrency:
+            command += ["--concurrency", str(concurrency)]
+        if burst:
+            command.append("--burst")
+        if url:
+            command += ["--url", url]
+        command += ["--log-level", log_level, "--supervisor-pid", str(os.getpid())]
+        supervisor = Supervisor(
+            command, processes, shutdown_timeout=app.settings.shutdown_timeout, burst=burst
+        )
+        ctx.exit(asyncio.run(supervisor.run()))
+    asyncio.run(run_worker(app, listen, concurrency, burst, supervisor_pid))
+    exit_past_abandoned_threads()
+
+
+async def run_worker(
+    app: Conveyor,
+    queues: list[str],
+    concurrency: int | None,
+    burst: bool,
+    supervisor_pid: int | None,
+) -> None:
+    log_jobs(app)
+    worker = app.worker(queues=queues or None, concurrency=concurrency, burst=burst)
+    watchdog = None
+    if supervisor_pid is not None:
+        watchdog = asyncio.create_task(watch_supervisor(worker.stop, supervisor_pid))
+    try:
+        await worker.run()
+    except WorkerCrashed as exc:  # already logged, with the role that died
+        raise CommandFailed(f"{exc}: {exc.__cause__!r}") from None
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+        await app.close()
+    if burst:
+        logger.info("burst done: %d job(s) processed", worker.processed)
+
+
+def log_jobs(app: Conveyor) -> None:
+    """One log line per finished job (INFO), retry (WARNING) and dead letter (ERROR)."""
+    jobs = logging.getLogger("conveyor.jobs")
+
+    def completed(event: str, job: Job, duration: float = 0.0, **_: Any) -> None:
+        jobs.info("%s %s completed in %s", job.task, job.id, format_duration(duration))
+
+    def failed(event: str, job: Job, error: ErrorInfo, will_retry: bool, **_: Any) -> None:
+        if will_retry:
+            jobs.warning(
+                "%s %s failed (attempt %d of %d), will retry: %s: %s",
+                job.task,
+                job.id,
+                job.attempts,
+                job.max_attempts,
+                error.type,
+                error.message,
+            )
+
+    def dead(event: str, job: Job, reason: str, error: ErrorInfo | None = None, **_: Any) -> None:
+        detail = f": {error.type}: {error.message}" if error is not None else ""
+        jobs.error("%s %s dead-lettered (%s)%s", job.task, job.id, reason, detail)
+
+    def circuit(event: str, task: str, circuit: CircuitInfo, **_: Any) -> None:
+        if event == "circuit_opened":
+            jobs.warning(
+                "circuit of task %s opened after %d failures in a row: its jobs wait",
+                task,
+                circuit.failures,
+            )
+        else:
+            jobs.info("circuit of task %s closed", task)
+
+    if jobs.isEnabledFor(logging.INFO):  # no per-job callback when nobody reads it
+        app.on("completed", completed)
+    if jobs.isEnabledFor(logging.WARNING):
+        app.on("failed", failed)
+    app.on("dead", dead)
+    app.on("circuit_opened", circuit)
+    app.on("circuit_closed", circuit)
+
+
+def exit_past_abandoned_threads(grace: float = 0.5) -> None:
+    """Exit now if sync handlers still run in their threads after the worker stopped.
+
+    Their jobs were released at the shutdown deadline, but Python joins thread-pool
+    threads at exit, so one stuck handler would keep the process alive forever.
+    """
+    deadline = time.monotonic() + grace
+    stuck = []
+    for thread in threading.enumerate():
+        if thread.name.startswith(JOB_THREAD_PREFIX) and thread.is_alive():
+            thread.join(max(0.0, deadline - time.monotonic()))  # idle pool threads end now
+            if thread.is_alive():
+                stuck.append(thread.name)
+    if not stuck:
+        return
+    logger.warning(
+        "%d sync handler(s) still running at exit were abandoned (their jobs were released)",
+        len(stuck),
+    )
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+async def watch_supervisor(
+    stop: Callable[[], None], supervisor_pid: int, every: float = 1.0
+) -> None:
+    """Stop the worker if its supervisor goes away (we were re-parented)."""
+    while True:
+        await asyncio.sleep(every)
+        if os.getppid() != supervisor_pid:
+            break
+    logger.warning("supervisor (pid %d) is gone: stopping", supervisor_pid)
+    stop()

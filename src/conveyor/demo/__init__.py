@@ -1,0 +1,1 @@
+"""The tasks behind ``conveyor demo`` (see :mod:`conveyor.demo.tasks`)."""

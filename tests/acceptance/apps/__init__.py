@@ -1,0 +1,1 @@
+"""Apps the acceptance tests run workers for (imported as ``apps.<module>:app``)."""
