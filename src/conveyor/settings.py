@@ -137,5 +137,6 @@ def load_settings(**overrides: Any) -> Settings:
         problems = []
         for err in exc.errors():
             key = ".".join(str(part) for part in err["loc"]) or "settings"
-            problems.append(f"{key}: {err['msg']}")
+            message = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{key}: {message}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None

@@ -26,9 +26,11 @@ from conveyor.durations import format_duration
 
 logger = logging.getLogger("conveyor.supervisor")
 
-#: A child exiting with this code was refused its arguments or configuration:
-#: restarting it cannot help.
+#: A child exiting with this code soon after its start was refused its arguments
+#: or configuration: restarting it cannot help. Later, the same code is just a
+#: crash (a handler may call ``sys.exit(2)``), and the child is restarted.
 USAGE_EXIT = 2
+STARTUP_WINDOW = 5.0
 #: A child that ran this long before dying starts the backoff over.
 HEALTHY_RUN = 30.0
 KILL_GRACE = 10.0
@@ -143,7 +145,7 @@ class Supervisor:
             if self.burst and code == 0:
                 logger.info("worker %d (pid %d) finished its burst", slot, proc.pid)
                 return
-            if code == USAGE_EXIT:
+            if code == USAGE_EXIT and ran < STARTUP_WINDOW:
                 logger.error(
                     "worker %d (pid %d) %s: bad arguments or configuration; stopping",
                     slot,
