@@ -33,6 +33,7 @@ from conveyor.serialization import dumps_str
 CHUNK = 5000
 
 _CIRCUIT_STATES = {s.value: s for s in CircuitState}
+_RARE_FINISHED = frozenset({JobState.FAILED, JobState.CANCELLED})
 
 
 def _states_json(states: Sequence[JobState]) -> str:
@@ -74,11 +75,17 @@ def get_jobs(conn: sqlite3.Connection, job_ids: Sequence[str]) -> list[Job]:
     return [job_from_row(r) for r in rows]
 
 
+def _rare_finished(where: JobFilter) -> bool:
+    """Only failed/cancelled jobs: few, so read them through jobs_finished."""
+    return bool(where.states) and all(JobState(s) in _RARE_FINISHED for s in where.states or ())
+
+
 def list_jobs(conn: sqlite3.Connection, where: JobFilter, limit: int, offset: int) -> list[Job]:
     params = _filter(where)
     params["limit"] = limit
     params["offset"] = offset
-    return [job_from_row(r) for r in conn.execute(Q.list_jobs, params).fetchall()]
+    query = Q.list_rare_finished if _rare_finished(where) else Q.list_jobs
+    return [job_from_row(r) for r in conn.execute(query, params).fetchall()]
 
 
 def count_jobs(conn: sqlite3.Connection, where: JobFilter) -> int:
@@ -96,7 +103,8 @@ def count_jobs(conn: sqlite3.Connection, where: JobFilter) -> int:
                 row = conn.execute(Q.count_finished, {"state": state.value}).fetchone()
             total += int(row[0])
         return total
-    return int(conn.execute(Q.count_jobs, _filter(where)).fetchone()[0])
+    query = Q.count_rare_finished if _rare_finished(where) else Q.count_jobs
+    return int(conn.execute(query, _filter(where)).fetchone()[0])
 
 
 def cancel_requests(conn: sqlite3.Connection, job_ids: Sequence[str]) -> set[str]:

@@ -99,7 +99,7 @@ class ThreadConnection:
             return
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"conveyor-sqlite-{self.role}")
         try:
-            await self._submit(self._connect, ())
+            await self._submit(self._connect, ())  # connects in the thread it belongs to
         except BaseException:
             self._executor.shutdown(wait=False)
             self._executor = None
@@ -115,7 +115,7 @@ class ThreadConnection:
             executor.shutdown(wait=False)
 
     async def write(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
-        return await self._submit(self._in_transaction, ("BEGIN IMMEDIATE", fn, args))
+        return await self.start_write(fn, *args)
 
     async def read(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
         return await self._submit(self._in_transaction, ("BEGIN", fn, args))
@@ -123,15 +123,23 @@ class ThreadConnection:
     async def call(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
         return await self._submit(self._plain, (fn, args))
 
+    def start_write(
+        self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts
+    ) -> asyncio.Future[T]:
+        """Queue a write transaction; the future completes once it committed
+        (or failed). Cancelling the future does not stop a transaction that has
+        already started: see ``SQLiteBackend.claim_jobs``."""
+        return self._submit(self._in_transaction, ("BEGIN IMMEDIATE", fn, args))
+
     # -- in the connection's thread -------------------------------------------
 
-    async def _submit(self, inner: Callable[..., T], args: tuple[object, ...]) -> T:
+    def _submit(self, inner: Callable[..., T], args: tuple[object, ...]) -> asyncio.Future[T]:
         executor = self._executor
         if executor is None:
             raise BackendUnavailable(f"the SQLite backend for {self.options.path} is not open")
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(executor, self._guard, inner, args)
+            return loop.run_in_executor(executor, self._guard, inner, args)
         except RuntimeError as exc:
             if "shutdown" in str(exc):  # the executor closed under us
                 raise BackendUnavailable(
@@ -189,7 +197,12 @@ class ThreadConnection:
                 f"the SQLite backend needs SQLite {'.'.join(map(str, MIN_SQLITE))}+ "
                 f"(this Python has {sqlite3.sqlite_version})"
             )
-        self.options.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.options.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BackendUnavailable(
+                f"cannot create the folder of {self.options.path}: {exc}"
+            ) from exc
         conn = sqlite3.connect(
             self.options.path,
             timeout=self.options.busy_timeout,  # sets SQLite's busy_timeout

@@ -111,7 +111,7 @@ WHERE rowid IN (
     FROM json_each(:queues) AS q
     JOIN jobs AS j ON j.rowid IN (
         SELECT c.rowid
-        FROM jobs AS c
+        FROM jobs AS c INDEXED BY jobs_claim
         WHERE c.state = 'waiting' AND c.queue = q.value AND c.run_at <= :now
           AND c.task NOT IN (SELECT value FROM json_each(:blocked))
         ORDER BY c.priority DESC, c.run_at, c.id
@@ -133,7 +133,7 @@ SELECT j.id, j.task
 FROM json_each(:queues) AS q
 JOIN jobs AS j ON j.rowid IN (
     SELECT c.rowid
-    FROM jobs AS c
+    FROM jobs AS c INDEXED BY jobs_claim
     WHERE c.state = 'waiting' AND c.queue = q.value AND c.run_at <= :now
       AND c.task NOT IN (SELECT value FROM json_each(:excluded))
     ORDER BY c.priority DESC, c.run_at, c.id
@@ -291,6 +291,38 @@ WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:finished_before IS NULL OR finished_at < :finished_before)
 ORDER BY created_at DESC, id DESC
 LIMIT :limit OFFSET :offset;
+
+-- name: list_rare_finished
+-- Like list_jobs, for :states (JSON array) that are failed/cancelled only (the
+-- dead-letter queue): reads those few rows through jobs_finished instead of
+-- walking every job newest first. Tables: jobs (jobs_finished).
+SELECT
+    id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
+    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
+    payload, metadata, result, progress, errors
+FROM jobs INDEXED BY jobs_finished
+WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at IS NOT NULL
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:tenant IS NULL OR tenant = :tenant)
+  AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+  AND (:finished_before IS NULL OR finished_at < :finished_before)
+ORDER BY created_at DESC, id DESC
+LIMIT :limit OFFSET :offset;
+
+-- name: count_rare_finished
+-- Like count_jobs, for failed/cancelled :states only. Tables: jobs (jobs_finished).
+SELECT count(*)
+FROM jobs INDEXED BY jobs_finished
+WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at IS NOT NULL
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:tenant IS NULL OR tenant = :tenant)
+  AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+  AND (:finished_before IS NULL OR finished_at < :finished_before);
 
 -- name: count_jobs
 -- How many jobs match a JobFilter (a NULL parameter matches everything). Tables: jobs.

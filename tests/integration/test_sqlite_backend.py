@@ -1,0 +1,174 @@
+"""SQLite-only behaviour the conformance suite cannot see.
+
+URL parsing, busy handling, orphaned claims, cross-process pickup, and index-only
+promotion/expiry plans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conveyor.backends.base import ClaimRequest, JobFilter, NewJob
+from conveyor.backends.sqlite import SQLiteBackend
+from conveyor.backends.sqlite.queries import Q
+from conveyor.errors import BackendUnavailable, ConfigurationError
+from conveyor.ids import new_id
+from conveyor.job import JobState
+
+
+def job(queue: str = "q") -> NewJob:
+    return NewJob(id=new_id(), task="t", queue=queue, payload=b"{}")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://host/x.db",
+        "sqlite:///",
+        "sqlite:///:memory:",
+        "sqlite:///x.db?synchronous=sometimes",
+        "sqlite:///x.db?busy_timeout=soon",
+        "sqlite:///x.db?unknown=1",
+        "postgresql:///x",
+    ],
+)
+def test_bad_urls_are_configuration_errors(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="url"):
+        SQLiteBackend(url)
+
+
+def test_url_forms_and_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    relative = SQLiteBackend("sqlite:///data/jobs.db?synchronous=full&busy_timeout=250ms")
+    assert relative.options.path == tmp_path / "data" / "jobs.db"
+    assert relative.options.synchronous == "FULL"
+    assert relative.options.busy_timeout == 0.25
+    assert SQLiteBackend("sqlite:////srv/jobs.db").options.path == Path("/srv/jobs.db")
+
+
+async def test_a_held_write_lock_becomes_backend_unavailable(tmp_path: Path) -> None:
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/b.db?busy_timeout=0.3")
+    await backend.open()
+    holder = sqlite3.connect(tmp_path / "b.db", isolation_level=None, check_same_thread=False)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable) as caught:
+            await backend.enqueue_jobs([job()])
+        assert 0.25 <= time.monotonic() - started < 3
+        assert "database is locked" not in str(caught.value)
+        # Reads do not wait behind the writer (WAL).
+        assert await backend.count_jobs(JobFilter()) == 0
+        # A lock released within busy_timeout is simply waited for.
+        threading.Timer(0.1, lambda: holder.execute("COMMIT")).start()
+        (created,) = await backend.enqueue_jobs([job()])
+        assert created.state is JobState.WAITING
+    finally:
+        holder.close()
+        await backend.close()
+
+
+async def test_closed_backend_is_unavailable(tmp_path: Path) -> None:
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/c.db")
+    with pytest.raises(BackendUnavailable):
+        await backend.ping()
+    await backend.open()
+    assert await backend.ping() >= 0
+    await backend.close()
+    with pytest.raises(BackendUnavailable):
+        await backend.get_jobs(["x"])
+
+
+async def test_a_cancelled_claim_gives_its_jobs_back(tmp_path: Path) -> None:
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/o.db")
+    await backend.open()
+    await backend.enqueue_jobs([job() for _ in range(10)])
+    request = ClaimRequest(worker_id="w", queues=["q"], limit=5, lease=60)
+    claim = asyncio.create_task(backend.claim_jobs(request))
+    await asyncio.sleep(0)
+    claim.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await claim
+    await backend.close()  # waits for the orphaned claim and its release
+
+    reopened = SQLiteBackend(f"sqlite:///{tmp_path}/o.db")
+    await reopened.open()
+    try:
+        waiting = await reopened.list_jobs(JobFilter(states=[JobState.WAITING]))
+        assert len(waiting) == 10
+        assert {j.attempts for j in waiting} == {0}
+    finally:
+        await reopened.close()
+
+
+def test_promotion_and_expiry_are_index_searches(tmp_path: Path) -> None:
+    from conveyor.backends.sqlite.migrate import load_schema
+
+    db = sqlite3.connect(tmp_path / "plan.db")
+    for statement in load_schema():
+        db.execute(statement)
+    for sql, index in [
+        (Q.promote_due, "jobs_delayed"),
+        (Q.expire_due, "jobs_expiry"),
+        (Q.recover_stalled, "jobs_lease"),
+    ]:
+        plan = " ".join(
+            row[-1]
+            for row in db.execute("EXPLAIN QUERY PLAN " + sql, {"now": 1.0, "max_stalled": 3})
+        )
+        assert f"SEARCH jobs USING INDEX {index}" in plan, plan
+    db.close()
+
+
+_PRODUCER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from conveyor.backends.base import NewJob
+    from conveyor.backends.sqlite import SQLiteBackend
+    from conveyor.ids import new_id
+
+    async def main() -> None:
+        backend = SQLiteBackend(sys.argv[1])
+        await backend.open()
+        for _ in range(10):
+            await asyncio.sleep(0.1)
+            payload = ('{"t": %r}' % time.time()).encode()
+            await backend.enqueue_jobs(
+                [NewJob(id=new_id(), task="t", queue="q", payload=payload)]
+            )
+        await backend.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_another_process_enqueue_is_picked_up_within_50ms(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/p.db"
+    backend = SQLiteBackend(url)
+    await backend.open()
+    producer = await asyncio.create_subprocess_exec(sys.executable, "-c", _PRODUCER, url)
+    latencies: list[float] = []
+    request = ClaimRequest(worker_id="w", queues=["q"], limit=10, lease=60)
+    try:
+        deadline = time.monotonic() + 30
+        while len(latencies) < 10 and time.monotonic() < deadline:
+            result = await backend.claim_jobs(request)
+            now = time.time()
+            latencies += [now - j.payload["t"] for j in result.jobs]
+            if not result.jobs:
+                await backend.wait_for_work(["q"], 1.0)
+    finally:
+        await asyncio.wait_for(producer.wait(), 30)
+        await backend.close()
+    assert len(latencies) == 10
+    latencies.sort()
+    assert latencies[5] < 0.05, latencies
