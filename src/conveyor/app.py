@@ -63,6 +63,7 @@ class Conveyor:
         self._open_lock: asyncio.Lock | None = None
         self._local_workers: list[Worker] = []
         self._portal: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- configuration ------------------------------------------------------
     @property
@@ -140,6 +141,7 @@ class Conveyor:
                 await backend.open()
                 for info in self._queues.values():
                     await backend.configure_queue(info.name, info.max_size, info.ttl)
+                self._loop = asyncio.get_running_loop()
                 self._opened = True
         return self.backend
 
@@ -149,6 +151,7 @@ class Conveyor:
         self._opened = False
         self._backend = None
         self._open_lock = None
+        self._loop = None
         if self._portal is not None:
             self._portal.close()
             self._portal = None
@@ -237,8 +240,15 @@ class Conveyor:
         """Enqueue from sync code (Django, Flask, scripts); safe from any thread."""
         from conveyor.portal import Portal
 
+        loop = self._loop
+        if loop is not None and loop.is_running() and not _runs_on(loop):
+            # The app is live on a loop in another thread: enqueue through it, into
+            # its own backend (a private memory:// store too), with its events.
+            return asyncio.run_coroutine_threadsafe(
+                self.enqueue(task, payload, **options), loop
+            ).result()
         if self._portal is None:
-            self._portal = Portal(self.settings)
+            self._portal = Portal(self)
         job: Job = self._portal.call(lambda app: app.enqueue(task, payload, **options))
         job._app = self
         return job
@@ -375,6 +385,13 @@ class Conveyor:
         return Backoff.exponential(
             base=s.backoff_base, max=s.backoff_max, multiplier=s.backoff_multiplier
         )
+
+
+def _runs_on(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 def job_filter(

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
-    from conveyor.settings import Settings
 
 T = TypeVar("T")
 
@@ -18,7 +17,7 @@ T = TypeVar("T")
 class Portal:
     """Owns a second app on its own loop (backends are bound to one loop)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, owner: Conveyor) -> None:
         from conveyor.app import Conveyor
 
         self._loop = asyncio.new_event_loop()
@@ -26,7 +25,10 @@ class Portal:
             target=self._loop.run_forever, name="conveyor-portal", daemon=True
         )
         self._thread.start()
-        self._app = Conveyor(settings=settings)
+        self._app = Conveyor(settings=owner.settings)
+        # The owner's tasks and queues, so that task defaults and queue limits apply.
+        self._app._tasks = owner._tasks
+        self._app._queues = owner._queues
 
     def call(self, fn: Callable[[Conveyor], Awaitable[T]]) -> T:
         async def run() -> T:

@@ -65,6 +65,13 @@ class Executor:
             # Timed-out sync handlers may still run; their threads are abandoned.
             self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def _abandon(self, pool: ThreadPoolExecutor) -> None:
+        """A timed-out or cancelled sync handler keeps its thread (it cannot be
+        killed): later jobs get a fresh pool instead of waiting behind it."""
+        if self._pool is pool:
+            self._pool = None
+            pool.shutdown(wait=False)
+
     def _thread_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="conveyor-job")
@@ -114,9 +121,12 @@ class Executor:
                 await self._hook(handler.on_start, run.ctx)
             result = await self._call(task, run)
             encoded = serialization.dumps(result)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             reason = run.stop_reason
             current = asyncio.current_task()
+            if reason is None and current is not None and current.cancelling() == 0:
+                # Nobody cancelled this run: the handler raised it itself, an error.
+                return await self._failed(run, task, exc, time.perf_counter() - started)
             if reason is None or current is None:
                 raise  # the worker itself is being torn down
             current.uncancel()
@@ -158,9 +168,14 @@ class Executor:
             async with asyncio.timeout(timeout) as deadline:
                 if task.is_async:
                     return await call()
-                loop = asyncio.get_running_loop()
-                context = contextvars.copy_context()
-                return await loop.run_in_executor(self._thread_pool(), context.run, call)
+                pool = self._thread_pool()
+                future = pool.submit(contextvars.copy_context().run, call)
+                try:
+                    return await asyncio.wrap_future(future)
+                except asyncio.CancelledError:
+                    if future.running():
+                        self._abandon(pool)
+                    raise
         except TimeoutError as exc:
             if deadline.expired():
                 from conveyor.errors import JobTimeout
@@ -177,7 +192,7 @@ class Executor:
             raise
 
     async def _failed(
-        self, run: Running, task: Task, exc: Exception, duration: float
+        self, run: Running, task: Task, exc: BaseException, duration: float
     ) -> Settlement:
         from conveyor.errors import JobTimeout
 
@@ -247,9 +262,13 @@ class Executor:
     async def _hook(self, hook: Callable[..., Any], *args: Any) -> None:
         """Hooks never fail a job: an exception is logged and reported as an event."""
         try:
-            outcome = hook(*args)
-            if inspect.isawaitable(outcome):
-                await outcome
+            if inspect.iscoroutinefunction(hook):
+                await hook(*args)
+            else:  # a plain ``def`` hook runs in the thread pool, like a plain ``process``
+                loop = asyncio.get_running_loop()
+                outcome = await loop.run_in_executor(self._thread_pool(), hook, *args)
+                if inspect.isawaitable(outcome):
+                    await outcome
         except Exception as exc:
             logger.exception("hook %s failed", getattr(hook, "__qualname__", hook))
             self.events.emit("error", error=exc, where=f"hook {getattr(hook, '__name__', hook)}")

@@ -40,23 +40,38 @@ class LeaseKeeper:
         # before any other worker could claim the job.
         self.trust_for = lease * 0.8
         self.tick = min(0.5, self.renew_every)
+        # Distrust is checked on its own, finer timer: between the trust deadline
+        # and the lease's end there must be room for at least one check.
+        self.watch_tick = min(self.tick, (lease - self.trust_for) / 2)
         self._last_renew = time.monotonic()
 
     def trusted_until(self, sent_at: float) -> float:
         return sent_at + self.trust_for
 
     async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._watch())
+            group.create_task(self._upkeep())
+
+    async def _watch(self) -> None:
+        """Separate from the upkeep, so that a renewal that hangs cannot delay it (G4)."""
+        while True:
+            await asyncio.sleep(self.watch_tick)
+            self._distrust_expired(time.monotonic())
+
+    async def _upkeep(self) -> None:
         while True:
             await asyncio.sleep(self.tick)
             if not self._active:
                 continue
             now = time.monotonic()
-            self._distrust_expired(now)
             try:
-                if now - self._last_renew >= self.renew_every:
-                    await self._renew(now)
-                await self._poll_cancels()
-                await self._save_progress()
+                # A round trip that hangs is given up (TimeoutError is an OSError).
+                async with asyncio.timeout(self._lease):
+                    if now - self._last_renew >= self.renew_every:
+                        await self._renew(now)
+                    await self._poll_cancels()
+                    await self._save_progress()
             except (BackendError, OSError) as exc:
                 logger.warning("lease upkeep failed, will retry: %s", exc)
 

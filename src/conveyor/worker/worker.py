@@ -240,6 +240,7 @@ class Worker:
                 continue
             limit = min(free, batch_max)
             self._wake.clear()
+            sent_at = time.monotonic()  # the lease starts no earlier than this
             try:
                 result = await backend.claim_jobs(self._claim_request(limit))
                 failures = 0
@@ -253,7 +254,7 @@ class Worker:
                 self.app.events.emit("expired", job=job)
                 self.app.events.emit("dead", job=job, reason="expired", error=job.error)
             for job in result.jobs:
-                self._start(job)
+                self._start(job, sent_at)
             if len(result.jobs) >= limit:
                 await asyncio.sleep(0)  # let the batch start before claiming more
                 continue
@@ -283,10 +284,10 @@ class Worker:
             for waiter in waiters:
                 waiter.cancel()
 
-    def _start(self, job: Job) -> None:
+    def _start(self, job: Job, sent_at: float) -> None:
         job._app = self.app
         ctx = JobContext(job, self.id, self._on_progress)
-        run = Running(job, ctx, lease_deadline=self.leases.trusted_until(time.monotonic()))
+        run = Running(job, ctx, lease_deadline=self.leases.trusted_until(sent_at))
         self.active[job.id] = run
         self._running_by_task[job.task] = self._running_by_task.get(job.task, 0) + 1
         task = asyncio.create_task(self._execute(run))

@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# PostgreSQL and Redis for the test suite: use the ones already running on
+# 127.0.0.1:5432 / 127.0.0.1:6379, or start temporary ones on free ports and
+# stop them on exit.
+#
+#   scripts/services.sh -- COMMAND [ARGS...]   run COMMAND with the services up and
+#                                              CONVEYOR_TEST_POSTGRES_URL /
+#                                              CONVEYOR_TEST_REDIS_URL exported
+#   source scripts/services.sh                 then: services_up; (trap services_down)
+#
+# Environment:
+#   CONVEYOR_TEST_POSTGRES_URL / CONVEYOR_TEST_REDIS_URL   already set: used as given
+#   CONVEYOR_FORCE_OWN_SERVICES=1   skip detection, always start temporary servers
+#   CONVEYOR_PG_PORT / CONVEYOR_REDIS_PORT   where to look first (5432 / 6379)
+#   CONVEYOR_PG_BINDIR              where initdb/pg_ctl are (default: the newest
+#                                   /usr/lib/postgresql/*/bin, else initdb on PATH)
+#   CONVEYOR_REDIS_SERVER           the redis-server binary (default: on PATH)
+#   CI=true                         a service that cannot be had is a failure (it
+#                                   always is here: this script never skips)
+#
+# Temporary servers live in one temp dir (kept on failure with CONVEYOR_KEEP_SERVICE_DIR=1):
+# PostgreSQL from initdb + pg_ctl (trust auth, fsync off, database "test"),
+# Redis with --save '' --appendonly no. When a binary is missing and we are root,
+# it is installed with apt-get; otherwise the script says what to install and fails.
+
+if [[ -z "${ROOT:-}" ]]; then
+    # shellcheck source=scripts/_common.sh
+    source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/_common.sh"
+fi
+
+_SERVICES_DIR=""
+_OWN_PG_DATA=""
+_OWN_PG_CTL=""
+_OWN_PG_AS=()
+_OWN_REDIS_PORT=""
+_OWN_REDIS_PIDFILE=""
+_APT_UPDATED=""
+
+_py() { command -v python3 || echo "$PY"; }
+
+# free_port: a TCP port on 127.0.0.1 that nothing listens on right now.
+free_port() {
+    "$(_py)" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# tcp_open PORT: something accepts connections on 127.0.0.1:PORT.
+tcp_open() {
+    "$(_py)" - "$1" <<'EOF'
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()
+except OSError:
+    sys.exit(1)
+EOF
+}
+
+# redis_pings PORT: a Redis on 127.0.0.1:PORT answers PING with PONG (no auth).
+redis_pings() {
+    local port="$1"
+    if command -v redis-cli >/dev/null 2>&1; then
+        [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == "PONG" ]]
+        return
+    fi
+    "$(_py)" - "$port" <<'EOF'
+import socket, sys
+try:
+    with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1) as s:
+        s.sendall(b"PING\r\n")
+        sys.exit(0 if s.recv(64).startswith(b"+PONG") else 1)
+except OSError:
+    sys.exit(1)
+EOF
+}
+
+pg_bindir() {
+    local dir
+    if [[ -n "${CONVEYOR_PG_BINDIR:-}" ]]; then
+        [[ -x "$CONVEYOR_PG_BINDIR/initdb" ]] && echo "$CONVEYOR_PG_BINDIR"
+        return
+    fi
+    dir="$(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V | tail -n1)"
+    if [[ -n "$dir" && -x "$dir/initdb" ]]; then
+        echo "$dir"
+    elif command -v initdb >/dev/null 2>&1; then
+        dirname "$(command -v initdb)"
+    else
+        return 1
+    fi
+}
+
+# pg_answers PORT: a PostgreSQL accepts connections on 127.0.0.1:PORT.
+pg_answers() {
+    local port="$1" bindir
+    if bindir="$(pg_bindir)" && [[ -x "$bindir/pg_isready" ]]; then
+        "$bindir/pg_isready" -q -h 127.0.0.1 -p "$port" -t 2
+    elif command -v pg_isready >/dev/null 2>&1; then
+        pg_isready -q -h 127.0.0.1 -p "$port" -t 2
+    else
+        tcp_open "$port"
+    fi
+}
+
+_psql() { # _psql PORT USER DB SQL
+    local bindir psql
+    if bindir="$(pg_bindir)" && [[ -x "$bindir/psql" ]]; then psql="$bindir/psql"; else psql=psql; fi
+    PGCONNECT_TIMEOUT=3 "$psql" -X -q -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$1" -U "$2" -d "$3" -c "$4"
+}
+
+# pg_usable_url PORT: print postgresql://USER@127.0.0.1:PORT/test for a role that can
+# log in without a password, creating database "test" if needed; fail otherwise.
+pg_usable_url() {
+    local port="$1" user
+    if ! command -v psql >/dev/null 2>&1 && ! { pg_bindir >/dev/null && [[ -x "$(pg_bindir)/psql" ]]; }; then
+        echo "postgresql://${PGUSER:-postgres}@127.0.0.1:$port/test" # cannot check further
+        return 0
+    fi
+    for user in ${PGUSER:-} "$(id -un)" postgres; do
+        if [[ "$(_psql "$port" "$user" test 'select 1' 2>/dev/null)" == "1" ]]; then
+            echo "postgresql://$user@127.0.0.1:$port/test"
+            return 0
+        fi
+        if _psql "$port" "$user" postgres 'create database test' >/dev/null 2>&1; then
+            echo "postgresql://$user@127.0.0.1:$port/test"
+            return 0
+        fi
+    done
+    return 1
+}
+
+_apt_install() { # _apt_install PACKAGE WHY
+    if ! is_root || ! command -v apt-get >/dev/null 2>&1; then
+        die "$2 is not installed. Install it, then run again:
+    sudo apt-get update && sudo apt-get install -y $1
+(or point the tests at a running server: export CONVEYOR_TEST_POSTGRES_URL=... / CONVEYOR_TEST_REDIS_URL=...)"
+    fi
+    log "$2 is missing: apt-get install -y $1"
+    if [[ -z "$_APT_UPDATED" ]]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq || die "apt-get update failed"
+        _APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null ||
+        die "apt-get install -y $1 failed"
+}
+
+_services_dir() {
+    if [[ -z "$_SERVICES_DIR" ]]; then
+        _SERVICES_DIR="$(mktemp -d "${TMPDIR:-/tmp}/conveyor-services.XXXXXX")"
+        chmod 755 "$_SERVICES_DIR"
+    fi
+}
+
+start_own_postgres() {
+    local bindir port dir
+    bindir="$(pg_bindir)" || {
+        _apt_install postgresql "PostgreSQL (initdb, pg_ctl)"
+        bindir="$(pg_bindir)" || die "PostgreSQL installed but no initdb found under /usr/lib/postgresql/*/bin"
+    }
+    _services_dir
+    dir="$_SERVICES_DIR/postgres"
+    mkdir -p "$dir"
+    _OWN_PG_AS=()
+    if is_root; then # initdb and postgres refuse to run as root
+        id postgres >/dev/null 2>&1 ||
+            die "running as root, PostgreSQL needs an unprivileged user: create one (useradd --system postgres) or run as a normal user"
+        chown postgres "$dir"
+        local runuser
+        runuser="$(PATH="$PATH:/usr/sbin:/sbin" command -v runuser || true)"
+        if [[ -n "$runuser" ]]; then
+            _OWN_PG_AS=("$runuser" -u postgres --)
+        else
+            _OWN_PG_AS=(setpriv --reuid=postgres --regid="$(id -g postgres)" --init-groups --)
+        fi
+    fi
+    port="$(free_port)"
+    log "starting a temporary PostgreSQL ($("$bindir/postgres" --version | awk '{print $3}')) on 127.0.0.1:$port in $dir"
+    "${_OWN_PG_AS[@]}" "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 \
+        --locale=C --no-sync >"$dir/initdb.log" 2>&1 ||
+        { cat "$dir/initdb.log" >&2; die "initdb failed"; }
+    _OWN_PG_DATA="$dir/data"
+    _OWN_PG_CTL="$bindir/pg_ctl"
+    "${_OWN_PG_AS[@]}" "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
+        -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+        start >/dev/null ||
+        { cat "$dir/postgres.log" >&2; die "pg_ctl start failed"; }
+    _psql "$port" postgres postgres 'create database test' >/dev/null ||
+        die "could not create database test on the temporary PostgreSQL"
+    export CONVEYOR_TEST_POSTGRES_URL="postgresql://postgres@127.0.0.1:$port/test"
+}
+
+start_own_redis() {
+    local port dir i
+    local server="${CONVEYOR_REDIS_SERVER:-redis-server}"
+    if ! command -v "$server" >/dev/null 2>&1; then
+        [[ -z "${CONVEYOR_REDIS_SERVER:-}" ]] || die "CONVEYOR_REDIS_SERVER=$server: no such program"
+        _apt_install redis-server "Redis (redis-server)"
+    fi
+    _services_dir
+    dir="$_SERVICES_DIR/redis"
+    mkdir -p "$dir"
+    port="$(free_port)"
+    log "starting a temporary Redis ($("$server" --version | awk '{print $3}')) on 127.0.0.1:$port in $dir"
+    _OWN_REDIS_PIDFILE="$dir/redis.pid"
+    "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+        --dir "$dir" --pidfile "$_OWN_REDIS_PIDFILE" --logfile "$dir/redis.log" >/dev/null ||
+        die "redis-server failed to start (see $dir/redis.log)"
+    _OWN_REDIS_PORT="$port"
+    for i in $(seq 1 100); do
+        redis_pings "$port" && break
+        [[ "$i" == 100 ]] && { cat "$dir/redis.log" >&2; die "the temporary Redis does not answer"; }
+        sleep 0.1
+    done
+    export CONVEYOR_TEST_REDIS_URL="redis://127.0.0.1:$port/0"
+}
+
+ensure_postgres() {
+    local port="${CONVEYOR_PG_PORT:-5432}" url
+    if [[ -z "${CONVEYOR_FORCE_OWN_SERVICES:-}" ]]; then
+        if [[ -n "${CONVEYOR_TEST_POSTGRES_URL:-}" ]]; then
+            log "PostgreSQL: using CONVEYOR_TEST_POSTGRES_URL=$CONVEYOR_TEST_POSTGRES_URL"
+            return 0
+        fi
+        if pg_answers "$port"; then
+            if url="$(pg_usable_url "$port")"; then
+                export CONVEYOR_TEST_POSTGRES_URL="$url"
+                log "PostgreSQL: using the server on 127.0.0.1:$port ($url)"
+                return 0
+            fi
+            warn "a PostgreSQL answers on 127.0.0.1:$port but no role logs in without a password; starting our own"
+        fi
+    fi
+    start_own_postgres
+}
+
+ensure_redis() {
+    local port="${CONVEYOR_REDIS_PORT:-6379}"
+    if [[ -z "${CONVEYOR_FORCE_OWN_SERVICES:-}" ]]; then
+        if [[ -n "${CONVEYOR_TEST_REDIS_URL:-}" ]]; then
+            log "Redis: using CONVEYOR_TEST_REDIS_URL=$CONVEYOR_TEST_REDIS_URL"
+            return 0
+        fi
+        if redis_pings "$port"; then
+            export CONVEYOR_TEST_REDIS_URL="redis://127.0.0.1:$port/0"
+            log "Redis: using the server on 127.0.0.1:$port"
+            return 0
+        fi
+    fi
+    start_own_redis
+}
+
+services_up() {
+    if [[ -n "${CONVEYOR_FORCE_OWN_SERVICES:-}" ]]; then
+        unset CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL
+    fi
+    ensure_postgres
+    ensure_redis
+}
+
+# services_down: stop what services_up started (idempotent; safe from a trap).
+services_down() {
+    if [[ -n "$_OWN_PG_DATA" ]]; then
+        "${_OWN_PG_AS[@]}" "$_OWN_PG_CTL" -D "$_OWN_PG_DATA" -m immediate -w -t 30 stop >/dev/null 2>&1 ||
+            warn "could not stop the temporary PostgreSQL in $_OWN_PG_DATA"
+        _OWN_PG_DATA=""
+    fi
+    if [[ -n "$_OWN_REDIS_PORT" ]]; then
+        local pid=""
+        [[ -f "$_OWN_REDIS_PIDFILE" ]] && pid="$(cat "$_OWN_REDIS_PIDFILE")"
+        redis-cli -h 127.0.0.1 -p "$_OWN_REDIS_PORT" shutdown nosave >/dev/null 2>&1 ||
+            { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; } || true
+        _OWN_REDIS_PORT=""
+    fi
+    if [[ -n "$_SERVICES_DIR" ]]; then
+        if [[ -n "${CONVEYOR_KEEP_SERVICE_DIR:-}" ]]; then
+            log "kept $_SERVICES_DIR"
+        else
+            rm -rf "$_SERVICES_DIR"
+        fi
+        _SERVICES_DIR=""
+    fi
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    set -euo pipefail
+    [[ "${1:-}" == "--" ]] && shift
+    [[ $# -gt 0 ]] || die "usage: scripts/services.sh -- COMMAND [ARGS...]"
+    trap services_down EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    services_up
+    export CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL
+    run_fg "$@"
+fi

@@ -1,0 +1,124 @@
+"""The chaos app: tasks that sleep, die, refuse to be cancelled or validate.
+
+Every task records its runs in the side table (:mod:`.recorder`) and returns
+``{"pid", "worker_id", "attempt"}`` so a job's final result names the process
+whose outcome was stored.
+
+Worker processes load ``tests.integration.chaos_apps.app:app`` (its URL comes
+from ``CONVEYOR_URL``); the test process builds its own with :func:`make_app`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from conveyor.app import Conveyor
+from conveyor.context import JobContext
+from conveyor.task import Handler
+
+from .recorder import RECORDER, recorded
+
+
+def outcome(ctx: JobContext) -> dict[str, Any]:
+    return {"pid": os.getpid(), "worker_id": ctx.worker_id, "attempt": ctx.job.attempts}
+
+
+async def stubborn_sleep(seconds: float) -> bool:
+    """Sleep ``seconds`` whatever happens; True when a cancellation was swallowed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    swallowed = False
+    while (left := deadline - loop.time()) > 0:
+        try:
+            await asyncio.sleep(left)
+        except asyncio.CancelledError:
+            swallowed = True
+            task = asyncio.current_task()
+            assert task is not None
+            task.uncancel()
+    return swallowed
+
+
+class Validated(Handler):
+    """Refuses payloads whose ``n`` is not an int (the job fails ``invalid``)."""
+
+    name = "chaos.validated"
+
+    def validate(self, payload: Any) -> None:
+        if not isinstance(payload, dict) or not isinstance(payload.get("n"), int):
+            raise ValueError("payload needs an integer `n`")
+
+    async def process(self, ctx: JobContext, payload: Any) -> Any:
+        with recorded(ctx):
+            return {**outcome(ctx), "n": payload["n"]}
+
+
+def make_app(url: str | None = None) -> Conveyor:
+    app = Conveyor(url)
+
+    @app.task("chaos.sleep")
+    async def sleep(ctx: JobContext, seconds: float = 0.0, **_: Any) -> dict[str, Any]:
+        """Sleep (cancellably) for ``seconds``."""
+        with recorded(ctx):
+            await asyncio.sleep(seconds)
+        return outcome(ctx)
+
+    @app.task("chaos.sync_sleep")
+    def sync_sleep(
+        ctx: JobContext, seconds: float = 0.0, cooperative: bool = True
+    ) -> dict[str, Any]:
+        """A sync handler (the worker's thread pool). Its thread cannot be
+        cancelled: ``cooperative`` polls ``ctx.cancelled``, otherwise it just sleeps."""
+        job = ctx.job
+        run_id = RECORDER.start(job.id, job.task, ctx.worker_id, job.attempts)
+        if not cooperative:
+            time.sleep(seconds)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not ctx.cancelled:
+            time.sleep(0.01)
+        RECORDER.end(run_id, "cancelled" if ctx.cancelled else "done")
+        return outcome(ctx)
+
+    @app.task("chaos.poison", attempts=3)
+    async def poison(ctx: JobContext, how: str = "exit") -> None:
+        """Kill the worker process that runs it: ``os._exit(1)``, SIGKILL, or
+        ``sys.exit(2)`` (what argparse does on bad arguments)."""
+        job = ctx.job
+        RECORDER.start(job.id, job.task, ctx.worker_id, job.attempts)
+        if how == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "sys-exit-2":
+            sys.exit(2)
+        os._exit(1)
+
+    @app.task("chaos.fenced")
+    async def fenced(
+        ctx: JobContext, first: float = 5.0, later: float = 0.2, stubborn: bool = False
+    ) -> dict[str, Any]:
+        """Long on its first attempt, short afterwards. ``stubborn`` swallows
+        cancellation and returns anyway, so the worker tries to complete it."""
+        seconds = first if ctx.job.attempts == 1 else later
+        job = ctx.job
+        run_id = RECORDER.start(job.id, job.task, ctx.worker_id, job.attempts)
+        if stubborn:
+            swallowed = await stubborn_sleep(seconds)
+            RECORDER.end(run_id, "done-after-cancel" if swallowed else "done")
+        else:
+            try:
+                await asyncio.sleep(seconds)
+            except asyncio.CancelledError:
+                RECORDER.end(run_id, "cancelled")
+                raise
+            RECORDER.end(run_id, "done")
+        return outcome(ctx)
+
+    app.register(Validated())
+    return app
+
+
+app = make_app()

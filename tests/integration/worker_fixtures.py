@@ -1,0 +1,239 @@
+"""Shared helpers for the in-process worker tests (``test_worker_*.py``).
+
+Not a conftest on purpose: other integration suites live beside these. Each
+test module declares its ``stack`` fixture in two lines with :func:`open_stack`
+and :func:`backend_params`.
+
+Backends come from ``CONVEYOR_TEST_BACKENDS`` (comma list, default
+``memory,sqlite``); a selected backend whose module does not import yet is
+skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import sqlite3
+import threading
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conveyor.app import Conveyor
+from conveyor.job import Job
+from conveyor.worker.worker import Worker
+
+#: Small settings so that leases, stalls, polls and grace periods take moments.
+FAST: dict[str, Any] = {
+    "lease": "0.6s",
+    "stall_interval": "0.2s",
+    "poll_interval": "0.05s",
+    "heartbeat_interval": "0.5s",
+    "cancel_grace": "0.3s",
+    "shutdown_timeout": "5s",
+    "backoff_base": 0.05,
+    "backoff_max": 0.2,
+    "default_timeout": "20s",
+    "cleanup_interval": "30s",
+    "circuit_threshold": 0,
+}
+
+CORRUPT = b"{this is not json"
+
+
+def selected_backends() -> list[str]:
+    raw = os.environ.get("CONVEYOR_TEST_BACKENDS", "memory,sqlite")
+    names = [name.strip() for name in raw.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ("memory", "sqlite")]
+    if unknown or not names:
+        raise pytest.UsageError(f"CONVEYOR_TEST_BACKENDS={raw!r}: unknown backend(s) {unknown}")
+    return names
+
+
+def _missing(name: str) -> str | None:
+    if name == "memory":
+        return None
+    try:
+        importlib.import_module(f"conveyor.backends.{name}")
+    except ImportError as exc:
+        return f"conveyor.backends.{name} does not import yet: {exc}"
+    return None
+
+
+@dataclass
+class Stack:
+    """One test's backend: how to build apps on one fresh store, and clean up."""
+
+    name: str
+    tmp_path: Path
+    store: str = field(default_factory=lambda: f"worker-tests-{uuid.uuid4().hex}")
+    apps: list[Conveyor] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        if self.name == "memory":
+            return f"memory://{self.store}"
+        return f"sqlite:///{self.tmp_path}/db"
+
+    def app(self, **overrides: Any) -> Conveyor:
+        """A new app on this test's store, with :data:`FAST` settings."""
+        app = Conveyor(self.url, **{**FAST, **overrides})
+        self.apps.append(app)
+        return app
+
+    async def corrupt_payload(self, app: Conveyor, job_id: str) -> None:
+        backend = await app.connect()
+        if self.name == "memory":
+            backend._store.jobs[job_id].payload = CORRUPT  # type: ignore[attr-defined]
+            return
+        with contextlib.closing(sqlite3.connect(self.tmp_path / "db")) as db, db:
+            cursor = db.execute("UPDATE jobs SET payload = ? WHERE id = ?", (CORRUPT, job_id))
+            assert cursor.rowcount == 1
+
+    async def close(self) -> None:
+        for app in reversed(self.apps):
+            await app.close()
+        if self.name == "memory":
+            from conveyor.backends.memory import drop_memory_store
+
+            drop_memory_store(self.store)
+
+
+def backend_params() -> list[Any]:
+    """``pytest.param`` per selected backend; one whose module does not import
+    yet is skipped with the reason."""
+    params = []
+    for name in selected_backends():
+        reason = _missing(name)
+        marks = [pytest.mark.skip(reason=reason)] if reason else []
+        params.append(pytest.param(name, id=name, marks=marks))
+    return params
+
+
+@contextlib.asynccontextmanager
+async def open_stack(name: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """A :class:`Stack` for one test; every app it built is closed afterwards."""
+    built = Stack(name, tmp_path)
+    try:
+        yield built
+    finally:
+        await built.close()
+
+
+# -- running a worker ---------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running(app: Conveyor, **options: Any) -> AsyncIterator[Worker]:
+    """Run a worker as a task for the block; stop it (gracefully) at the end."""
+    options.setdefault("install_signals", False)
+    worker = app.worker(**options)
+    started = asyncio.Event()
+
+    def on_started(event: str, worker_id: str) -> None:
+        if worker_id == worker.id:
+            started.set()
+
+    app.on("worker_started", on_started)
+    task = asyncio.create_task(worker.run(), name=f"test worker {worker.id}")
+    try:
+        done, _ = await asyncio.wait(
+            {task, asyncio.ensure_future(started.wait())},
+            timeout=10,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if task in done:
+            task.result()  # surface why it died
+        assert started.is_set(), "the worker did not start"
+        yield worker
+    finally:
+        app.events.off("worker_started", on_started)
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def settled(job: Job, timeout: float = 15) -> Job:
+    """The job once it is terminal (fails the test after ``timeout``)."""
+    app = job._app
+    assert app is not None
+    return await app.wait_for_job(job.id, timeout=timeout)
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]] | Callable[[], bool],
+    timeout: float = 10,
+    message: str = "condition",
+) -> None:
+    """Poll ``check`` until true; a failing wait names the condition."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        outcome = check()
+        if asyncio.iscoroutine(outcome):
+            outcome = await outcome
+        if outcome:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {message}")
+        await asyncio.sleep(0.01)
+
+
+class Recorder:
+    """Records events (name, data) in order, and lets a test wait for one."""
+
+    def __init__(self, app: Conveyor, *names: str) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self._changed = asyncio.Event()
+        for name in names:
+            app.on(name, self._record)
+
+    def _record(self, event: str, **data: Any) -> None:
+        self.events.append((event, data))
+        self._changed.set()
+
+    def names(self, job_id: str | None = None) -> list[str]:
+        return [
+            name
+            for name, data in self.events
+            if job_id is None or (data.get("job") is not None and data["job"].id == job_id)
+        ]
+
+    def of(self, name: str) -> list[dict[str, Any]]:
+        return [data for event, data in self.events if event == name]
+
+    async def wait_for(
+        self,
+        name: str,
+        predicate: Callable[[dict[str, Any]], bool] = lambda data: True,
+        timeout: float = 10,
+        count: int = 1,
+    ) -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            found = [data for data in self.of(name) if predicate(data)]
+            if len(found) >= count:
+                return found
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise AssertionError(f"no {count} {name!r} event(s) within {timeout}s: {found}")
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+
+
+@contextlib.contextmanager
+def released(*gates: threading.Event) -> Iterator[None]:
+    """Set ``gates`` (that sync handlers block on) when the block ends, even on
+    failure, so that no abandoned thread outlives the test for long."""
+    try:
+        yield
+    finally:
+        for gate in gates:
+            gate.set()
