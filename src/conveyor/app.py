@@ -185,7 +185,11 @@ class Conveyor:
             if run_at.tzinfo is None:
                 raise ValueError("run_at must be timezone-aware (use datetime.now(timezone.utc))")
             run_at = run_at.timestamp()
-        attempts = options.get("attempts") or (defaults.attempts if defaults else None)
+        attempts = options.get("attempts")
+        if attempts is not None and (not isinstance(attempts, int) or attempts < 1):
+            raise ValueError(f"attempts must be an integer >= 1, not {attempts!r}")
+        if attempts is None and defaults:
+            attempts = defaults.attempts
         timeout = options.get("timeout", defaults.timeout if defaults else None)
         metadata = options.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):

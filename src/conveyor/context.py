@@ -6,6 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
+from conveyor import serialization
 from conveyor.job import Job
 
 logger = logging.getLogger("conveyor.job")
@@ -27,19 +28,28 @@ _DONE = _Done()
 class JobContext:
     """Passed to every handler as its first argument."""
 
-    __slots__ = ("_cancelled", "_on_progress", "job", "logger", "worker_id")
+    __slots__ = ("_cancelled", "_logger", "_on_progress", "job", "worker_id")
 
     def __init__(
         self,
         job: Job,
         worker_id: str,
-        on_progress: Callable[[Job, dict[str, Any]], None] | None = None,
+        on_progress: Callable[[Job, dict[str, Any], bytes], None] | None = None,
     ) -> None:
         self.job = job
         self.worker_id = worker_id
         self._on_progress = on_progress
         self._cancelled = False
-        self.logger = logging.LoggerAdapter(logger, {"job_id": job.id, "task": job.task})
+        self._logger: logging.LoggerAdapter[logging.Logger] | None = None
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger bound to this job (``job_id`` and ``task`` in every record's extra)."""
+        if self._logger is None:  # built on first use: most handlers never log
+            self._logger = logging.LoggerAdapter(
+                logger, {"job_id": self.job.id, "task": self.job.task}
+            )
+        return self._logger
 
     @property
     def cancelled(self) -> bool:
@@ -52,7 +62,8 @@ class JobContext:
         report: dict[str, Any] = dict(fields)
         if percent is not None:
             report["percent"] = percent
+        encoded = serialization.dumps(report)  # a bad value raises here, in the handler
         self.job.progress = report
         if self._on_progress is not None:
-            self._on_progress(self.job, report)
+            self._on_progress(self.job, report, encoded)
         return _DONE

@@ -376,15 +376,6 @@ async def test_retry_backoff_delays_the_job(stack: Stack) -> None:
     assert seen == [JobState.DELAYED]
 
 
-@pytest.mark.xfail(
-    reason=(
-        "BUG: drain() (a burst worker) exits as soon as one claim returns nothing and no job "
-        "runs, so jobs held back only by their task's rate limit are left waiting although "
-        "they are due: drain() of 4 jobs of a '2/0.3s' task runs 2 and returns. A burst "
-        "worker should keep polling while rate-limited jobs of its queues are waiting."
-    ),
-    strict=True,
-)
 async def test_drain_runs_rate_limited_jobs_too(stack: Stack) -> None:
     app = stack.app()
 

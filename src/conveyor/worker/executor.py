@@ -10,15 +10,15 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from conveyor import serialization
 from conveyor.backends.base import CircuitPolicy, Outcome, Settlement
-from conveyor.errors import ValidationError
+from conveyor.errors import JobTimeout, UnknownTask, ValidationError
 from conveyor.events import EventBus
 from conveyor.job import ErrorInfo, FailureReason, Job
 from conveyor.task import FunctionHandler, Handler, Task
+from conveyor.worker.threads import DaemonThreadPool
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
@@ -58,38 +58,48 @@ class Executor:
         self.events: EventBus = app.events
         self.settings = app.settings
         self._threads = threads
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: DaemonThreadPool | None = None
+        self._circuits: dict[str, CircuitPolicy | None] = {}
 
     def close(self) -> None:
         if self._pool is not None:
             # Timed-out sync handlers may still run; their threads are abandoned.
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _abandon(self, pool: ThreadPoolExecutor) -> None:
+    def _abandon(self, pool: DaemonThreadPool) -> None:
         """A timed-out or cancelled sync handler keeps its thread (it cannot be
         killed): later jobs get a fresh pool instead of waiting behind it."""
         if self._pool is pool:
             self._pool = None
             pool.shutdown(wait=False)
 
-    def _thread_pool(self) -> ThreadPoolExecutor:
+    def _thread_pool(self) -> DaemonThreadPool:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="conveyor-job")
+            self._pool = DaemonThreadPool(self._threads, "conveyor-job")
         return self._pool
 
     def _circuit(self, task: Task) -> CircuitPolicy | None:
+        """The task's circuit policy (computed once per task: this is the hot path)."""
+        try:
+            return self._circuits[task.name]
+        except KeyError:
+            pass
         threshold = task.options.circuit_threshold
         if threshold is None:
             threshold = self.settings.circuit_threshold
-        if threshold <= 0:
-            return None
-        open_for = task.options.circuit_open_for or self.settings.circuit_open_for
-        return CircuitPolicy(threshold, open_for)
+        policy = None
+        if threshold > 0:
+            open_for = task.options.circuit_open_for or self.settings.circuit_open_for
+            policy = CircuitPolicy(threshold, open_for)
+        self._circuits[task.name] = policy
+        return policy
 
     def _refuse(self, run: Running, reason: FailureReason, exc: BaseException) -> Settlement:
         """Fail at once, without a retry and without touching the circuit."""
         job = run.job
         info = error_info(exc, job.attempts, reason, time.time())
+        if self.events.has("failed"):
+            self.events.emit("failed", job=job, error=info, will_retry=False, duration=0.0)
         self._emit_dead(job, info, reason)
         return Settlement(
             job.id, job.lease_token or "", Outcome.FAIL, job.task, error=info, failure_reason=reason
@@ -101,8 +111,6 @@ class Executor:
             return self._refuse(run, FailureReason.INVALID, ValidationError(job.decode_error))
         task = self.app.tasks.get(job.task)
         if task is None:
-            from conveyor.errors import UnknownTask
-
             exc = UnknownTask(
                 f"no task named {job.task!r} is registered in worker {self.worker_id}"
             )
@@ -124,17 +132,22 @@ class Executor:
         except asyncio.CancelledError as exc:
             reason = run.stop_reason
             current = asyncio.current_task()
-            if reason is None and current is not None and current.cancelling() == 0:
-                # Nobody cancelled this run: the handler raised it itself, an error.
-                return await self._failed(run, task, exc, time.perf_counter() - started)
-            if reason is None or current is None:
+            if reason is None:
+                if current is not None and current.cancelling() == 0:
+                    # Nobody cancelled this run: the handler raised it itself, an error.
+                    return await self._failed(run, task, exc, time.perf_counter() - started)
                 raise  # the worker itself is being torn down
-            current.uncancel()
-            return self._interrupted(run, task, None)
-        except Exception as exc:
-            if run.stop_reason is not None:
+            if current is not None:
+                current.uncancel()
+            if reason != "timeout":
+                return self._interrupted(run, task, None)
+            error: BaseException = self._timed_out(run)
+            return await self._failed(run, task, error, time.perf_counter() - started)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: a job's error
+            if run.stop_reason is not None and run.stop_reason != "timeout":
                 return self._interrupted(run, task, exc)
-            return await self._failed(run, task, exc, time.perf_counter() - started)
+            error = self._timed_out(run) if run.stop_reason == "timeout" else exc
+            return await self._failed(run, task, error, time.perf_counter() - started)
         if run.stop_reason == "cancel":
             return self._interrupted(run, task, None)
         duration = time.perf_counter() - started
@@ -164,24 +177,21 @@ class Executor:
             process = handler.process
             call = lambda: process(run.ctx, job.payload)  # noqa: E731
 
+        # One timer per job, cancelled when the handler returns: cheaper than
+        # asyncio.timeout on this hot path. It interrupts the run with "timeout".
+        loop = asyncio.get_running_loop()
+        timer = loop.call_at(loop.time() + timeout, run.interrupt, "timeout")
         try:
-            async with asyncio.timeout(timeout) as deadline:
-                if task.is_async:
-                    return await call()
-                pool = self._thread_pool()
-                future = pool.submit(contextvars.copy_context().run, call)
-                try:
-                    return await asyncio.wrap_future(future)
-                except asyncio.CancelledError:
-                    if future.running():
-                        self._abandon(pool)
-                    raise
-        except TimeoutError as exc:
-            if deadline.expired():
-                from conveyor.errors import JobTimeout
-
-                raise JobTimeout(f"job {job.id} timed out after {timeout:g}s") from exc
-            raise
+            if task.is_async:
+                return await call()
+            pool = self._thread_pool()
+            future = pool.submit(contextvars.copy_context().run, call)
+            try:
+                return await asyncio.wrap_future(future)
+            except asyncio.CancelledError:
+                if future.running():
+                    self._abandon(pool)
+                raise
         except TypeError as exc:
             # Payload keys that don't fit the function's parameters are bad input.
             if isinstance(handler, FunctionHandler) and isinstance(job.payload, dict):
@@ -190,12 +200,12 @@ class Executor:
                 except TypeError as bind_error:
                     raise ValidationError(f"payload does not fit {job.task}: {bind_error}") from exc
             raise
+        finally:
+            timer.cancel()
 
     async def _failed(
         self, run: Running, task: Task, exc: BaseException, duration: float
     ) -> Settlement:
-        from conveyor.errors import JobTimeout
-
         job = run.job
         if isinstance(exc, ValidationError):
             return self._refuse(run, FailureReason.INVALID, exc)
@@ -236,6 +246,11 @@ class Executor:
             circuit=circuit,
             progress=run.unsaved_progress,
         )
+
+    def _timed_out(self, run: Running) -> JobTimeout:
+        job = run.job
+        timeout = job.timeout if job.timeout is not None else self.settings.default_timeout
+        return JobTimeout(f"job {job.id} timed out after {timeout:g}s")
 
     def _interrupted(
         self, run: Running, task: Task, exc: BaseException | None

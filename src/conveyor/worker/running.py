@@ -9,9 +9,9 @@ from typing import Any, Literal
 from conveyor.context import JobContext
 from conveyor.job import Job
 
-#: Why the worker interrupted a handler: a user's cancel, the two-phase shutdown,
-#: or a lease the worker can no longer trust (G4).
-StopReason = Literal["cancel", "shutdown", "lease_lost"]
+#: Why the worker interrupted a handler: its timeout, a user's cancel, the
+#: two-phase shutdown, or a lease the worker can no longer trust (G4).
+StopReason = Literal["timeout", "cancel", "shutdown", "lease_lost"]
 
 
 @dataclass(slots=True, eq=False)

@@ -22,10 +22,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from conveyor import serialization
 from conveyor.backends.base import CircuitInfo, ClaimRequest, WorkerInfo
 from conveyor.context import JobContext
-from conveyor.errors import BackendError
+from conveyor.errors import BackendError, ConveyorError
 from conveyor.job import Job
 from conveyor.maintenance.periodic import every
 from conveyor.maintenance.retention import RetentionCleaner
@@ -48,7 +47,7 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"
 
 
-class WorkerCrashed(RuntimeError):
+class WorkerCrashed(ConveyorError):
     """A side role of the worker died; the worker stopped."""
 
 
@@ -98,6 +97,8 @@ class Worker:
         self._rate_limited = {
             n: t.options.rate_limit for n, t in app.tasks.items() if t.options.rate_limit
         }
+        #: In burst mode, how long an empty claim may wait on a rate limit's window.
+        self._rate_window = max((r.period for r in self._rate_limited.values()), default=0.0)
 
     # -- control ----------------------------------------------------------------
     def stop(self, force: bool = False) -> None:
@@ -232,6 +233,7 @@ class Worker:
         backend = self.app.backend
         batch_max = self.settings.claim_batch
         failures = 0
+        last_claimed = time.monotonic()
         while not self._stopping:
             free = self.concurrency - len(self.active)
             if free <= 0:
@@ -258,9 +260,16 @@ class Worker:
             if len(result.jobs) >= limit:
                 await asyncio.sleep(0)  # let the batch start before claiming more
                 continue
-            if self.burst and not result.jobs:
+            if result.jobs:
+                last_claimed = time.monotonic()
+            elif self.burst:
                 if not self.active:
-                    break
+                    # Due jobs held back by a rate limit are still due: wait for
+                    # the window to slide, but give up after one idle window.
+                    if time.monotonic() - last_claimed > self._rate_window:
+                        break
+                    await self._wait_for(asyncio.sleep(0.02), None)
+                    continue
                 self._slot_free.clear()
                 await self._wait_for(self._slot_free.wait(), None)
                 continue
@@ -314,24 +323,37 @@ class Worker:
             self.processed += 1
             self._slot_free.set()
 
-    def _on_progress(self, job: Job, report: dict[str, Any]) -> None:
+    def _on_progress(self, job: Job, report: dict[str, Any], encoded: bytes) -> None:
         if threading.get_ident() != self._loop_thread and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._on_progress, job, report)
+            self._loop.call_soon_threadsafe(self._on_progress, job, report, encoded)
             return
         run = self.active.get(job.id)
         if run is None:
             return
-        run.unsaved_progress = serialization.dumps(report)
+        run.unsaved_progress = encoded
         if self.app.events.has("progress"):
             self.app.events.emit("progress", job=job, progress=report)
 
     def _on_refused(self, job_ids: set[str]) -> None:
-        logger.warning("%d outcome(s) refused: their lease had moved on (G4)", len(job_ids))
+        shown = ", ".join(sorted(job_ids)[:10]) + (" …" if len(job_ids) > 10 else "")
+        logger.warning(
+            "%d outcome(s) refused: their lease had moved on to another claim (%s)",
+            len(job_ids),
+            shown,
+        )
 
     def _on_circuit(self, changes: list[CircuitInfo]) -> None:
         for circuit in changes:
-            event = "circuit_closed" if circuit.state.value == "closed" else "circuit_opened"
-            self.app.events.emit(event, task=circuit.task, circuit=circuit)
+            if circuit.state.value == "closed":
+                logger.info("circuit of task %s closed", circuit.task)
+                self.app.events.emit("circuit_closed", task=circuit.task, circuit=circuit)
+            else:
+                logger.warning(
+                    "circuit of task %s opened after %d failures: its jobs wait until it closes",
+                    circuit.task,
+                    circuit.failures,
+                )
+                self.app.events.emit("circuit_opened", task=circuit.task, circuit=circuit)
 
     # -- shutdown ---------------------------------------------------------------
     async def _shutdown(self) -> None:
@@ -351,6 +373,10 @@ class Worker:
             )
             all_done.cancel()
             forced.cancel()
+        if self.active:
+            logger.warning(
+                "shutdown deadline: releasing %d running job(s) back to waiting", len(self.active)
+            )
         for run in list(self.active.values()):
             run.interrupt("shutdown")
         if self._executing:
