@@ -136,6 +136,10 @@ class Job:
     started_at: float | None = None
     finished_at: float | None = None
     expires_at: float | None = None
+    #: The effective TTL in seconds (the smaller of the job's and its queue's at
+    #: enqueue), or ``None``. Every wait gets it afresh: ``expires_at`` is re-set
+    #: to the start of the wait + ``ttl`` each time the job (re)enters waiting.
+    ttl: float | None = None
     lease_until: float | None = None
     lease_token: str | None = None
     worker_id: str | None = None
@@ -179,6 +183,7 @@ class Job:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "expires_at": self.expires_at,
+            "ttl": self.ttl,
             "lease_until": self.lease_until,
             "worker_id": self.worker_id,
             "stalls": self.stalls,

@@ -1,4 +1,4 @@
-"""Worker heartbeats: upserted with the backend's clock, listed, removed."""
+"""Worker heartbeats: upserted with the backend's clock, listed, removed, pruned."""
 
 from __future__ import annotations
 
@@ -78,3 +78,60 @@ async def test_heartbeats_are_shared(backend_pair: tuple[Backend, Backend]) -> N
     first, second = backend_pair
     await first.record_heartbeat(worker("w-9"))
     assert [w.id for w in await second.list_workers()] == ["w-9"]
+
+
+# -- the worker's own heartbeat interval, and pruning --------------------------
+
+
+async def test_heartbeat_interval_is_stored_and_listed(backend: Backend) -> None:
+    await backend.record_heartbeat(worker("w-1", heartbeat_interval=2.5))
+    await backend.record_heartbeat(worker("w-2"))
+    listed = {w.id: w for w in await backend.list_workers()}
+    assert listed["w-1"].heartbeat_interval == 2.5
+    assert listed["w-2"].heartbeat_interval == 10.0  # the default
+    assert listed["w-1"].to_dict()["heartbeat_interval"] == 2.5
+
+
+async def test_heartbeat_interval_updates_in_place(backend: Backend) -> None:
+    await backend.record_heartbeat(worker(heartbeat_interval=2.5))
+    await backend.record_heartbeat(worker(heartbeat_interval=0.5))
+    (seen,) = await backend.list_workers()
+    assert seen.heartbeat_interval == 0.5
+
+
+async def test_heartbeat_interval_is_shared(backend_pair: tuple[Backend, Backend]) -> None:
+    first, second = backend_pair
+    await first.record_heartbeat(worker("w-9", heartbeat_interval=0.25))
+    (seen,) = await second.list_workers()
+    assert seen.heartbeat_interval == 0.25
+
+
+async def test_prune_workers_deletes_the_ones_not_seen_lately(backend: Backend) -> None:
+    await backend.record_heartbeat(worker("old-1"))
+    await backend.record_heartbeat(worker("old-2"))
+    await asyncio.sleep(0.3)
+    await backend.record_heartbeat(worker("fresh"))
+    assert await backend.prune_workers(0.15) == 2
+    assert [w.id for w in await backend.list_workers()] == ["fresh"]
+    assert await backend.prune_workers(0.15) == 0
+    assert await backend.prune_workers(60) == 0
+    assert [w.id for w in await backend.list_workers()] == ["fresh"]
+
+
+async def test_prune_workers_uses_the_backend_clock_not_the_callers(backend: Backend) -> None:
+    await backend.record_heartbeat(worker(last_seen=1.0))  # ignored: last_seen is now
+    assert await backend.prune_workers(30) == 0
+    assert len(await backend.list_workers()) == 1
+
+
+async def test_prune_workers_on_an_empty_store(backend: Backend) -> None:
+    assert await backend.prune_workers(0) == 0
+
+
+async def test_a_worker_heard_from_again_is_not_pruned(backend: Backend) -> None:
+    await backend.record_heartbeat(worker("w-1"))
+    await asyncio.sleep(0.3)
+    await backend.record_heartbeat(worker("w-1", active=3))
+    assert await backend.prune_workers(0.15) == 0
+    (seen,) = await backend.list_workers()
+    assert seen.active == 3

@@ -1,13 +1,30 @@
-"""TTL: a job still waiting past its TTL fails as expired inside the claim (G8)."""
+"""TTL: a job still waiting past its TTL fails as expired inside the claim (G8).
+
+The job stores its effective TTL, and each wait gets it afresh: enqueue, retry,
+release, stall recovery and dead-letter retry all re-set ``expires_at``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
-from conveyor.backends.base import Backend
+from conveyor.backends.base import Backend, Outcome
+from conveyor.ids import new_id
 from conveyor.job import FailureReason, JobState
 
-from .helpers import claim, claim_one, enqueue, enqueue_one, fetch, ids, new_job
+from .helpers import (
+    claim,
+    claim_exact,
+    claim_one,
+    enqueue,
+    enqueue_one,
+    error,
+    fetch,
+    ids,
+    make_failed,
+    new_job,
+    settle_ok,
+)
 
 TTL = 0.2
 PAST_TTL = 0.27
@@ -120,3 +137,128 @@ async def test_no_ttl_means_no_expiry(backend: Backend) -> None:
     result = await claim(backend)
     assert result.expired == []
     assert ids(result.jobs) == [job.id]
+
+
+# -- the effective TTL is stored, and bounds each wait -------------------------
+
+
+async def test_the_effective_ttl_is_stored_on_the_job(backend: Backend) -> None:
+    await backend.configure_queue("q", max_size=None, ttl=10)
+    job_shorter, queue_shorter, none = await enqueue(
+        backend, new_job(queue="q", ttl=2), new_job(queue="q", ttl=50), new_job()
+    )
+    assert (job_shorter.ttl, queue_shorter.ttl, none.ttl) == (2, 10, None)
+    stored = {j.id: j for j in await backend.get_jobs(ids([job_shorter, queue_shorter, none]))}
+    assert stored[job_shorter.id].ttl == 2
+    assert stored[queue_shorter.id].ttl == 10
+    assert stored[none.id].ttl is None
+    assert stored[queue_shorter.id].to_dict()["ttl"] == 10
+    running = await claim_exact(backend, queue_shorter)
+    assert running.ttl == 10
+
+
+async def test_a_retry_waits_with_a_fresh_ttl_from_its_new_run_at(backend: Backend) -> None:
+    await enqueue_one(backend, ttl=5)
+    running = await claim_one(backend)
+    await settle_ok(backend, running, Outcome.RETRY, error=error(), retry_delay=30)
+    stored = await fetch(backend, running.id)
+    assert stored.state is JobState.DELAYED
+    assert stored.expires_at is not None
+    assert abs(stored.expires_at - (stored.run_at + 5)) < 1e-3
+    assert stored.ttl == 5
+
+
+async def test_a_retry_whose_backoff_is_longer_than_the_ttl_still_runs(backend: Backend) -> None:
+    await enqueue_one(backend, ttl=TTL)
+    running = await claim_one(backend)
+    await settle_ok(backend, running, Outcome.RETRY, error=error(), retry_delay=PAST_TTL)
+    await asyncio.sleep(PAST_TTL + 0.05)  # past the first deadline, the retry just due
+    result = await claim(backend)
+    assert result.expired == []
+    assert ids(result.jobs) == [running.id]
+    assert result.jobs[0].attempts == 2
+
+
+async def test_a_retry_still_expires_when_its_own_wait_passes_the_ttl(backend: Backend) -> None:
+    await enqueue_one(backend, ttl=TTL)
+    running = await claim_one(backend)
+    await settle_ok(backend, running, Outcome.RETRY, error=error(), retry_delay=0.05)
+    await asyncio.sleep(0.05 + PAST_TTL)
+    result = await claim(backend)
+    assert result.jobs == []
+    assert ids(result.expired) == [running.id]
+    assert result.expired[0].failure_reason is FailureReason.EXPIRED
+
+
+async def test_a_released_job_waits_with_a_fresh_ttl(backend: Backend) -> None:
+    (job,) = await enqueue(backend, new_job(ttl=0.3))
+    running = await claim_one(backend)
+    await asyncio.sleep(0.2)
+    before = await backend.now()
+    await settle_ok(backend, running, Outcome.RELEASE)
+    after = await backend.now()
+    stored = await fetch(backend, job.id)
+    assert stored.state is JobState.WAITING
+    assert stored.run_at == job.run_at  # it keeps its place in line
+    assert stored.expires_at is not None
+    assert before + 0.3 <= stored.expires_at <= after + 0.3
+    await asyncio.sleep(0.2)  # past the first deadline (run_at + 0.3), not the new one
+    result = await claim(backend)
+    assert result.expired == []
+    assert ids(result.jobs) == [job.id]
+
+
+async def test_a_released_job_of_a_gone_worker_still_expires(backend: Backend) -> None:
+    """A worker that shut down released its own queue's job and never came back."""
+    queue = "worker.gone-456"
+    await backend.configure_queue(queue, max_size=None, ttl=TTL)
+    (job,) = await enqueue(backend, new_job(queue=queue))
+    running = await claim_one(backend, queue)
+    await settle_ok(backend, running, Outcome.RELEASE)
+    await asyncio.sleep(PAST_TTL)
+    result = await claim(backend, ["default"])
+    assert ids(result.expired) == [job.id]
+    assert (await fetch(backend, job.id)).failure_reason is FailureReason.EXPIRED
+
+
+async def test_stall_recovery_gives_a_fresh_ttl(backend: Backend) -> None:
+    (job,) = await enqueue(backend, new_job(ttl=0.3))
+    await claim_one(backend, lease=0.2)
+    await asyncio.sleep(0.27)
+    before = await backend.now()
+    result = await backend.recover_stalled(max_stalled=3)
+    after = await backend.now()
+    assert ids(result.requeued) == [job.id]
+    stored = await fetch(backend, job.id)
+    assert stored.state is JobState.WAITING
+    assert stored.expires_at is not None
+    assert before + 0.3 <= stored.expires_at <= after + 0.3
+    await asyncio.sleep(0.1)  # past the first deadline (run_at + 0.3), not the new one
+    claimed = await claim(backend)
+    assert claimed.expired == []
+    assert ids(claimed.jobs) == [job.id]
+
+
+async def test_a_dead_letter_retry_keeps_the_effective_ttl(backend: Backend) -> None:
+    await backend.configure_queue("q", max_size=None, ttl=5)
+    failed = await make_failed(backend, queue="q")
+    # A later change of the queue's TTL does not reach jobs already enqueued.
+    await backend.configure_queue("q", max_size=None, ttl=None)
+    before = await backend.now()
+    copy = await backend.retry_failed(failed.id, new_id())
+    after = await backend.now()
+    assert copy.expires_at is not None
+    assert before + 5 <= copy.expires_at <= after + 5
+    assert (await fetch(backend, copy.id)).expires_at == copy.expires_at
+    assert (failed.ttl, copy.ttl) == (5, 5)
+
+
+async def test_no_ttl_stays_no_ttl_across_waits(backend: Backend) -> None:
+    await enqueue_one(backend)
+    running = await claim_one(backend)
+    await settle_ok(backend, running, Outcome.RETRY, error=error(), retry_delay=0)
+    again = await claim_one(backend)
+    await settle_ok(backend, again, Outcome.RELEASE)
+    stored = await fetch(backend, running.id)
+    assert stored.expires_at is None
+    assert stored.ttl is None

@@ -267,16 +267,6 @@ async def test_other_jobs_keep_running_when_one_is_cancelled(stack: Stack) -> No
             await doomed.wait(timeout=10)
 
 
-@pytest.mark.xfail(
-    reason=(
-        "BUG: a cancel request that reaches only the backend (app.cancel from another "
-        "process) is lost when the attempt fails or is released before the worker's lease "
-        "keeper polls it: settle_jobs applies RETRY (-> delayed) / RELEASE (-> waiting) "
-        "and ignores cancel_requested, so the job runs again and can complete. Needs a "
-        "contract rule (RETRY/RELEASE of a cancel_requested job -> cancelled) in every backend."
-    ),
-    strict=True,
-)
 async def test_cancel_requested_while_the_attempt_fails_is_not_lost(stack: Stack) -> None:
     """A cancel that reaches only the backend (another process asked) while the
     handler is failing: the job must end cancelled, not be retried and run again."""

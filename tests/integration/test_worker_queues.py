@@ -363,16 +363,6 @@ async def test_dead_letter_queue_through_the_app(stack: Stack) -> None:
     assert await app.get_job(ok.id) is not None
 
 
-@pytest.mark.xfail(
-    reason=(
-        "BUG: a job's TTL is not re-based when a retry makes it due again: expires_at stays "
-        "first run_at + ttl, so a retry whose backoff is longer than the TTL is expired "
-        "('queue TTL expired') the moment it is promoted and never runs. The contract's own "
-        "rule (a TTL counts from when the job is due) says a retry's wait should count from "
-        "its new run_at; worker-targeted jobs (worker_queue_ttl) are hit the same way."
-    ),
-    strict=True,
-)
 async def test_a_retry_is_not_expired_by_the_ttl_of_its_first_run(stack: Stack) -> None:
     from conveyor import Backoff
 

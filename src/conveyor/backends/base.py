@@ -15,6 +15,11 @@ Rules every implementation follows:
   promotes due delayed jobs before choosing (G8).
 - ``renew_leases``, ``settle_jobs`` and ``save_progress`` act only on jobs that
   are ``active`` with the given lease token; anything else is refused (G4).
+- A TTL bounds each wait, not only the first: a job keeps its effective ``ttl``
+  and ``expires_at`` is re-set to the start of the wait + ``ttl`` every time it
+  (re)enters waiting (enqueue, retry, release, stall recovery, dead-letter retry).
+- A pending cancel wins over RETRY, RELEASE and stall recovery: the job ends
+  ``cancelled`` instead of waiting again.
 - One call is one round trip (or one transaction) whatever the batch size.
 """
 
@@ -46,8 +51,9 @@ class NewJob:
     run_at: float | None = None
     """Absolute POSIX time to run at."""
     ttl: float | None = None
-    """Seconds the job may stay ``waiting`` once due; the queue's ``ttl`` applies too
-    (the smaller wins). ``expires_at = run_at + ttl``."""
+    """Seconds the job may stay ``waiting`` in each wait; the queue's ``ttl`` applies
+    too (the smaller wins, stored as ``Job.ttl``). ``expires_at = run_at + ttl``,
+    re-set each time the job waits again (see the contract doc)."""
     idempotency_key: str | None = None
     idempotency_ttl: float = 86400.0
     tenant: str | None = None
@@ -85,10 +91,10 @@ class Outcome(enum.StrEnum):
     """What the worker decided for one finished run."""
 
     COMPLETE = "complete"  # -> completed, result stored
-    RETRY = "retry"  # -> delayed until now + retry_delay, error recorded
+    RETRY = "retry"  # -> delayed until now + retry_delay, error recorded; cancelled if requested
     FAIL = "fail"  # -> failed with failure_reason, error recorded (dead-lettered)
     CANCEL = "cancel"  # -> cancelled
-    RELEASE = "release"  # -> waiting, attempt given back (graceful shutdown)
+    RELEASE = "release"  # -> waiting, attempt given back (shutdown); cancelled if requested
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +148,9 @@ class SettleResult:
     """Ids whose lease token no longer matched (or that were no longer active)."""
     circuit_changes: list[CircuitInfo] = field(default_factory=list)
     """Circuits this call opened or closed."""
+    cancelled: set[str] = field(default_factory=set)
+    """Ids settled RETRY or RELEASE that ended ``cancelled`` instead, because a
+    cancel was requested while they ran."""
 
 
 @dataclass(slots=True)
@@ -156,6 +165,8 @@ class RenewResult:
 class StallResult:
     requeued: list[Job] = field(default_factory=list)
     failed: list[Job] = field(default_factory=list)
+    cancelled: list[Job] = field(default_factory=list)
+    """Stalled jobs that had a cancel request: ``cancelled``, not run again."""
 
 
 @dataclass(slots=True)
@@ -197,6 +208,9 @@ class WorkerInfo:
     started_at: float
     last_seen: float = 0.0
     """Stamped by the backend's clock on every heartbeat."""
+    heartbeat_interval: float = 10.0
+    """Seconds between this worker's heartbeats: readers judge its liveness with
+    it (alive while ``last_seen`` is younger than 3 intervals)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -208,6 +222,7 @@ class WorkerInfo:
             "active": self.active,
             "started_at": self.started_at,
             "last_seen": self.last_seen,
+            "heartbeat_interval": self.heartbeat_interval,
         }
 
 
@@ -271,7 +286,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> SettleResult:
-        """Apply each run's outcome, fenced by its lease token; update circuits."""
+        """Apply each run's outcome, fenced by its lease token; update circuits.
+        RETRY/RELEASE of a job with a pending cancel request ends it ``cancelled``."""
 
     @abc.abstractmethod
     async def save_progress(self, items: Sequence[tuple[str, str, bytes]]) -> set[str]:
@@ -304,8 +320,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def retry_failed(self, job_id: str, new_id: str) -> Job:
-        """Copy a failed job into a new waiting job with fresh attempts; the
-        original gets ``retried_as``. Raises JobNotFound / InvalidStateError."""
+        """Copy a failed job into a new waiting job with fresh attempts and the same
+        ``ttl`` (``expires_at = now + ttl``); the original gets ``retried_as``.
+        Raises JobNotFound / InvalidStateError."""
 
     @abc.abstractmethod
     async def delete_jobs(self, job_ids: Sequence[str]) -> int:
@@ -326,8 +343,9 @@ class Backend(abc.ABC):
     # -- maintenance -------------------------------------------------------
     @abc.abstractmethod
     async def recover_stalled(self, max_stalled: int) -> StallResult:
-        """Active jobs whose lease expired: back to waiting with ``stalls + 1``;
-        failed/stalled when that passes ``max_stalled`` or no attempt is left."""
+        """Active jobs whose lease expired: back to waiting with ``stalls + 1``
+        (``expires_at = now + ttl``); failed/stalled when that passes
+        ``max_stalled`` or no attempt is left; cancelled when a cancel is pending."""
 
     @abc.abstractmethod
     async def prune_jobs(self, rules: Sequence[PruneRule]) -> int:
@@ -363,6 +381,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def remove_worker(self, worker_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def prune_workers(self, older_than: float) -> int:
+        """Delete heartbeat rows whose ``last_seen`` is before ``now - older_than``
+        (backend clock); returns how many."""
 
     # -- conveniences built on the contract --------------------------------
     async def get_job(self, job_id: str) -> Job | None:

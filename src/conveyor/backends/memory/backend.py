@@ -84,7 +84,8 @@ class _Row:
     run_at: float
     created_at: float
     ttl: float | None
-    """The job's own TTL, kept so that a dead-letter retry can apply it again."""
+    """The effective TTL (the smaller of the job's and its queue's at enqueue):
+    every wait in ``waiting`` gets it afresh (``expires_at`` is re-set)."""
     expires_at: float | None
     idempotency_key: str | None
     tenant: str | None
@@ -166,6 +167,7 @@ def _to_job(row: _Row, duplicate: bool = False) -> Job:
         started_at=row.started_at,
         finished_at=row.finished_at,
         expires_at=row.expires_at,
+        ttl=row.ttl,
         lease_until=row.lease_until,
         lease_token=row.lease_token,
         worker_id=row.worker_id,
@@ -202,6 +204,11 @@ def _matches(row: _Row, where: JobFilter) -> bool:
     return where.finished_before is None or (
         row.finished_at is not None and row.finished_at < where.finished_before
     )
+
+
+def _deadline(start: float, ttl: float | None) -> float | None:
+    """``expires_at`` of a wait that starts at ``start``: each wait gets the whole TTL."""
+    return None if ttl is None else start + ttl
 
 
 def _wake(future: asyncio.Future[bool], work: bool) -> None:
@@ -292,9 +299,12 @@ class _Store:
         info = self.queues.get(queue)
         return info.ttl if info is not None else None
 
-    def _expires_at(self, run_at: float, job_ttl: float | None, queue: str) -> float | None:
-        ttls = [t for t in (job_ttl, self._queue_ttl(queue)) if t is not None]
-        return run_at + min(ttls) if ttls else None
+    def _effective_ttl(self, job_ttl: float | None, queue: str) -> float | None:
+        """The smaller of the job's TTL and its queue's, fixed at enqueue."""
+        queue_ttl = self._queue_ttl(queue)
+        if queue_ttl is None:
+            return job_ttl
+        return queue_ttl if job_ttl is None else min(job_ttl, queue_ttl)
 
     def _pending(self, queue: str) -> int:
         counts = self.counts.get(queue)
@@ -359,6 +369,7 @@ class _Store:
                 raise BackendError(f"a job with id {new.id!r} already exists")
             new_ids.add(new.id)
             run_at = new.run_at if new.run_at is not None else now + new.delay
+            ttl = self._effective_ttl(new.ttl, new.queue)
             row = _Row(
                 id=new.id,
                 task=new.task,
@@ -370,8 +381,8 @@ class _Store:
                 timeout=new.timeout,
                 run_at=run_at,
                 created_at=now,
-                ttl=new.ttl,
-                expires_at=self._expires_at(run_at, new.ttl, new.queue),
+                ttl=ttl,
+                expires_at=_deadline(run_at, ttl),
                 idempotency_key=key,
                 tenant=new.tenant,
                 metadata=bytes(new.metadata) if new.metadata is not None else None,
@@ -598,12 +609,17 @@ class _Store:
             if item.error is not None and item.outcome is not Outcome.COMPLETE:
                 row.errors += (_copy_error(item.error),)
             outcome = item.outcome
+            if row.cancel_requested and outcome in (Outcome.RETRY, Outcome.RELEASE):
+                # A pending cancel wins: the job would wait again, so it ends here.
+                outcome = Outcome.CANCEL
+                out.cancelled.add(item.job_id)
             if outcome is Outcome.COMPLETE:
                 row.result = bytes(item.result) if item.result is not None else None
                 row.finished_at = now
                 self._move(row, JobState.COMPLETED)
             elif outcome is Outcome.RETRY:
                 row.run_at = now + item.retry_delay
+                row.expires_at = _deadline(row.run_at, row.ttl)
                 row.worker_id = None
                 self._move(row, JobState.DELAYED)
                 timer = True
@@ -614,17 +630,21 @@ class _Store:
             elif outcome is Outcome.CANCEL:
                 row.finished_at = now
                 self._move(row, JobState.CANCELLED)
-            else:  # RELEASE: back in its place, the attempt given back
+            else:  # RELEASE: back in its place, the attempt given back, a fresh TTL
                 row.attempts = max(0, row.attempts - 1)
+                row.expires_at = _deadline(now, row.ttl)
                 row.worker_id = None
                 self._move(row, JobState.WAITING)
                 woken.add(row.queue)
-            if item.circuit is not None and outcome in (
+            # The circuit counts the run as the worker reported it (a failed run
+            # is a failure even when a pending cancel ended the job).
+            if item.circuit is not None and item.outcome in (
                 Outcome.COMPLETE,
                 Outcome.RETRY,
                 Outcome.FAIL,
             ):
-                change = self._count_run(row.task, item.circuit, outcome is Outcome.COMPLETE, now)
+                success = item.outcome is Outcome.COMPLETE
+                change = self._count_run(row.task, item.circuit, success, now)
                 if change is not None:
                     out.circuit_changes.append(change)
         self.notify(woken, timer=timer)
@@ -727,7 +747,7 @@ class _Store:
             run_at=now,
             created_at=now,
             ttl=row.ttl,
-            expires_at=self._expires_at(now, row.ttl, row.queue),
+            expires_at=_deadline(now, row.ttl),
             idempotency_key=None,
             tenant=row.tenant,
             metadata=row.metadata,
@@ -777,13 +797,18 @@ class _Store:
             row.lease_until = None
             row.lease_token = None
             row.stalls += 1
-            if row.attempts >= row.max_attempts or row.stalls > max_stalled:
+            if row.cancel_requested:  # a pending cancel wins: never run again
+                row.finished_at = now
+                self._move(row, JobState.CANCELLED)
+                out.cancelled.append(_to_job(row))
+            elif row.attempts >= row.max_attempts or row.stalls > max_stalled:
                 row.failure_reason = FailureReason.STALLED
                 row.finished_at = now
                 self._move(row, JobState.FAILED)
                 out.failed.append(_to_job(row))
             else:
                 row.worker_id = None
+                row.expires_at = _deadline(now, row.ttl)
                 self._move(row, JobState.WAITING)
                 woken.add(row.queue)
                 out.requeued.append(_to_job(row))
@@ -868,6 +893,13 @@ class _Store:
 
     def list_workers(self) -> list[WorkerInfo]:
         return [replace(w, queues=list(w.queues)) for _, w in sorted(self.workers.items())]
+
+    def prune_workers(self, older_than: float) -> int:
+        cutoff = self.now() - older_than
+        gone = [wid for wid, w in self.workers.items() if w.last_seen < cutoff]
+        for wid in gone:
+            del self.workers[wid]
+        return len(gone)
 
 
 _STORES: dict[str, _Store] = {}
@@ -1089,3 +1121,8 @@ class MemoryBackend(Backend):
         store = self._ready()
         with store.lock:
             store.workers.pop(worker_id, None)
+
+    async def prune_workers(self, older_than: float) -> int:
+        store = self._ready()
+        with store.lock:
+            return store.prune_workers(older_than)

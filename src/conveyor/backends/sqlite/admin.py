@@ -150,7 +150,7 @@ def list_circuits(conn: sqlite3.Connection) -> list[CircuitInfo]:
 
 def list_workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
     workers: list[WorkerInfo] = []
-    for worker_id, info, last_seen in conn.execute(Q.list_workers):
+    for worker_id, info, last_seen, heartbeat_interval in conn.execute(Q.list_workers):
         try:
             data = serialization.loads(info)
         except ValueError:
@@ -167,6 +167,7 @@ def list_workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
                 active=int(data.get("active", 0)),
                 started_at=float(data.get("started_at", 0.0)),
                 last_seen=last_seen,
+                heartbeat_interval=float(heartbeat_interval),
             )
         )
     return workers
@@ -237,7 +238,12 @@ def recover_stalled(conn: sqlite3.Connection, max_stalled: int) -> StallResult:
     result = StallResult()
     for row in conn.execute(Q.recover_stalled, params).fetchall():
         job = job_from_row(row)
-        (result.failed if job.state is JobState.FAILED else result.requeued).append(job)
+        if job.state is JobState.WAITING:
+            result.requeued.append(job)
+        elif job.state is JobState.CANCELLED:
+            result.cancelled.append(job)
+        else:
+            result.failed.append(job)
     return result
 
 
@@ -288,9 +294,20 @@ def reset_circuit(conn: sqlite3.Connection, task: str) -> None:
 
 def record_heartbeat(conn: sqlite3.Connection, worker: WorkerInfo) -> None:
     info = worker.to_dict()
-    del info["id"], info["last_seen"]
-    conn.execute(Q.record_heartbeat, {"id": worker.id, "info": dumps_str(info), "now": time.time()})
+    del info["id"], info["last_seen"], info["heartbeat_interval"]  # columns of their own
+    params = {
+        "id": worker.id,
+        "info": dumps_str(info),
+        "now": time.time(),
+        "heartbeat_interval": float(worker.heartbeat_interval),
+    }
+    conn.execute(Q.record_heartbeat, params)
 
 
 def remove_worker(conn: sqlite3.Connection, worker_id: str) -> None:
     conn.execute(Q.remove_worker, {"id": worker_id})
+
+
+def prune_workers(conn: sqlite3.Connection, older_than: float) -> int:
+    cursor = conn.execute(Q.prune_workers, {"before": time.time() - older_than})
+    return int(cursor.rowcount)

@@ -302,3 +302,6 @@ class SQLiteBackend(base.Backend):
 
     async def remove_worker(self, worker_id: str) -> None:
         await self._writer.write(admin.remove_worker, worker_id)
+
+    async def prune_workers(self, older_than: float) -> int:
+        return await self._writer.write(admin.prune_workers, older_than)

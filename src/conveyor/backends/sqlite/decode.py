@@ -21,13 +21,13 @@ _REASONS = {r.value: r for r in FailureReason}
 
 def job_from_row(r: Row) -> Job:
     """A job from a row in ``JOB_COLUMNS`` order (see queries.py)."""
-    if r[24] is None and r[25] is None and r[26] is None and r[27] is None:
+    if r[25] is None and r[26] is None and r[27] is None and r[28] is None:
         # The common row on the hot path: a payload and nothing else to decode.
         try:
-            return _job(r, serialization.loads(r[23]), {}, None, None, None, [], None)
+            return _job(r, serialization.loads(r[24]), {}, None, None, None, [], None)
         except ValueError:
             pass  # decode_fields below names the problem
-    fields = decode_fields(r[23], r[24], r[25], r[26], r[27])
+    fields = decode_fields(r[24], r[25], r[26], r[27], r[28])
     return _job(
         r,
         fields.payload,
@@ -54,7 +54,7 @@ def _job(
     if state is None:
         problem = problem or f"stored state {r[3]!r} is not a job state"
         state = JobState.FAILED
-    reason_value = r[17]
+    reason_value = r[18]
     reason = None if reason_value is None else _REASONS.get(reason_value, FailureReason.ERROR)
     return Job(
         id=r[0],
@@ -71,21 +71,22 @@ def _job(
         started_at=r[10],
         finished_at=r[11],
         expires_at=r[12],
-        lease_until=r[13],
-        lease_token=r[14],
-        worker_id=r[15],
-        stalls=r[16],
+        ttl=r[13],
+        lease_until=r[14],
+        lease_token=r[15],
+        worker_id=r[16],
+        stalls=r[17],
         progress=progress,
         result=result,
         error=error,
         errors=errors,
         failure_reason=reason,
-        idempotency_key=r[18],
-        tenant=r[19],
+        idempotency_key=r[19],
+        tenant=r[20],
         metadata=metadata,
-        retried_as=r[20],
-        retry_of=r[21],
-        cancel_requested=bool(r[22]),
+        retried_as=r[21],
+        retry_of=r[22],
+        cancel_requested=bool(r[23]),
         decode_error=problem,
     )
 

@@ -72,7 +72,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
         run_at = nj.run_at if nj.run_at is not None else now + nj.delay
         delayed = run_at > now
         queue_ttl = configs.get(nj.queue, _NO_CONFIG)[1]
-        ttl = nj.ttl
+        ttl = nj.ttl  # the effective TTL, stored: every later wait gets it afresh
         if queue_ttl is not None and (ttl is None or queue_ttl < ttl):
             ttl = queue_ttl
         expires_at = None if ttl is None else run_at + ttl
@@ -85,7 +85,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
                 nj.priority,
                 nj.max_attempts,
                 nj.timeout,
-                nj.ttl,
+                ttl,
                 run_at,
                 now,
                 expires_at,
@@ -109,6 +109,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             run_at=run_at,
             created_at=now,
             expires_at=expires_at,
+            ttl=ttl,
             idempotency_key=key,
             tenant=nj.tenant,
             metadata=metadata,
@@ -330,10 +331,15 @@ def settle(
     conn: sqlite3.Connection, settlements: Sequence[Settlement]
 ) -> tuple[SettleResult, set[str]]:
     """Apply outcomes fenced by lease token; returns the result and the queues
-    that got a job back (released or retried) to wake waiters on."""
+    that got a job back (released or retried) to wake waiters on.
+
+    A RETRY or RELEASE of a job with a pending cancel request ends it cancelled
+    instead: ``leases_of`` already read the flag in this transaction.
+    """
     now = time.time()
     current = _leases(conn, [s.job_id for s in settlements])
     refused: set[str] = set()
+    cancelled: set[str] = set()
     wake: set[str] = set()
     params: list[tuple[Any, ...]] = []
     counted: list[Settlement] = []
@@ -343,38 +349,43 @@ def settle(
             refused.add(s.job_id)
             continue
         del current[s.job_id]  # settled once: a second settlement in the batch is refused
-        params.append(_settle_params(s, now))
-        if s.outcome is Outcome.RELEASE or s.outcome is Outcome.RETRY:
-            wake.add(row[3])
+        outcome = s.outcome
+        if outcome is Outcome.RELEASE or outcome is Outcome.RETRY:
+            if row[2]:  # a pending cancel wins over waiting again
+                outcome = Outcome.CANCEL
+                cancelled.add(s.job_id)
+            else:
+                wake.add(row[3])
+        params.append(_settle_params(s, outcome, now))
         if s.circuit is not None:
-            counted.append(s)
+            counted.append(s)  # counted as reported, even when a cancel ended the job
     if params:
         conn.executemany(Q.settle_job, params)
     changes = _count_in_circuits(conn, counted, now) if counted else []
-    return SettleResult(refused=refused, circuit_changes=changes), wake
+    return SettleResult(refused=refused, circuit_changes=changes, cancelled=cancelled), wake
 
 
-def _settle_params(s: Settlement, now: float) -> tuple[Any, ...]:
-    """The 11 parameters of ``settle_job`` for one settlement."""
-    outcome = s.outcome
+def _settle_params(s: Settlement, outcome: Outcome, now: float) -> tuple[Any, ...]:
+    """The 12 parameters of ``settle_job`` for one settlement ending in ``outcome``."""
     error: str | None = None
-    if s.error is not None and outcome is not Outcome.COMPLETE and outcome is not Outcome.RELEASE:
+    if s.error is not None and outcome is not Outcome.COMPLETE:
         info = s.error.to_dict()
         if not info["at"]:
             info["at"] = now
         error = dumps_str(info)
     tail = (s.progress, s.job_id, s.lease_token)
     if outcome is Outcome.COMPLETE:
-        return ("completed", s.result, None, None, None, 0, now, 0, *tail)
+        return ("completed", s.result, None, None, None, 0, now, 0, *tail, None)
     if outcome is Outcome.RETRY:
-        return ("delayed", None, None, error, now + s.retry_delay, 0, None, 1, *tail)
+        run_at = now + s.retry_delay  # the next wait starts when the backoff ends
+        return ("delayed", None, None, error, run_at, 0, None, 1, *tail, run_at)
     if outcome is Outcome.FAIL:
         reason = (s.failure_reason or FailureReason.ERROR).value
-        return ("failed", None, reason, error, None, 0, now, 0, *tail)
+        return ("failed", None, reason, error, None, 0, now, 0, *tail, None)
     if outcome is Outcome.CANCEL:
-        return ("cancelled", None, None, error, None, 0, now, 0, *tail)
+        return ("cancelled", None, None, error, None, 0, now, 0, *tail, None)
     if outcome is Outcome.RELEASE:
-        return ("waiting", None, None, None, None, 1, None, 1, *tail)
+        return ("waiting", None, None, error, None, 1, None, 1, *tail, now)
     raise ValueError(f"unknown outcome {outcome!r}")
 
 

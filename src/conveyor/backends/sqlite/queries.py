@@ -14,7 +14,7 @@ from typing import Any, LiteralString, cast
 #: The columns every job-returning statement selects, in this order (see decode.py).
 JOB_COLUMNS = (
     "id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at, "
-    "started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls, "
+    "started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls, "
     "failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested, "
     "payload, metadata, result, progress, errors"
 )
@@ -120,6 +120,7 @@ class Queries:
     record_heartbeat: LiteralString
     list_workers: LiteralString
     remove_worker: LiteralString
+    prune_workers: LiteralString
     ping: LiteralString
 
     @classmethod

@@ -83,7 +83,7 @@ SET state = 'failed',
 WHERE state = 'waiting' AND expires_at <= :now
 RETURNING
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
-    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors;
 
@@ -121,7 +121,7 @@ WHERE rowid IN (
     LIMIT :limit)
 RETURNING
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
-    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors;
 
@@ -154,7 +154,7 @@ SET state = 'active',
 WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = 'waiting'
 RETURNING
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
-    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors;
 
@@ -207,8 +207,10 @@ WHERE id = ?2 AND lease_token = ?3 AND state = 'active';
 -- Apply one run's outcome, fenced by its token (executemany). ?1 new state,
 -- ?2 result, ?3 failure reason, ?4 error JSON to append, ?5 new run_at,
 -- ?6 attempts to give back, ?7 finished_at, ?8 clear worker_id, ?9 progress,
--- ?10 id, ?11 lease token. A stored error history that is not a JSON array is
--- replaced rather than failing the batch. Tables: jobs.
+-- ?10 id, ?11 lease token, ?12 when the job's next wait starts (retry: its new
+-- run_at; release: now; NULL: it does not wait again): each wait gets the whole
+-- TTL, expires_at = ?12 + ttl. A stored error history that is not a JSON array
+-- is replaced rather than failing the batch. Tables: jobs.
 UPDATE jobs
 SET state = ?1,
     result = coalesce(?2, result),
@@ -224,6 +226,7 @@ SET state = ?1,
     finished_at = ?7,
     worker_id = CASE WHEN ?8 THEN NULL ELSE worker_id END,
     progress = coalesce(?9, progress),
+    expires_at = CASE WHEN ?12 IS NULL THEN expires_at ELSE ?12 + ttl END,
     lease_until = NULL,
     lease_token = NULL
 WHERE id = ?10 AND lease_token = ?11 AND state = 'active';
@@ -267,7 +270,7 @@ LIMIT 1;
 -- The jobs among :ids (JSON array). Tables: jobs.
 SELECT
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
-    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors
 FROM jobs
@@ -278,7 +281,7 @@ WHERE id IN (SELECT value FROM json_each(:ids));
 -- first, paged. Tables: jobs.
 SELECT
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
-    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors
 FROM jobs
@@ -298,7 +301,7 @@ LIMIT :limit OFFSET :offset;
 -- walking every job newest first. Tables: jobs (jobs_finished).
 SELECT
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
-    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors
 FROM jobs INDEXED BY jobs_finished
@@ -416,7 +419,7 @@ SET state = CASE WHEN state = 'active' THEN state ELSE 'cancelled' END,
 WHERE id = :id AND state IN ('waiting', 'delayed', 'active')
 RETURNING
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
-    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors;
 
@@ -428,14 +431,11 @@ WHERE id = :id;
 
 -- name: insert_retry_copy
 -- Copy failed job :id into a new waiting job :new_id with fresh attempts and
--- no idempotency key; its TTL (the smaller of the job's and its queue's) counts
--- from :now. Tables: jobs, queues.
+-- no idempotency key; it keeps the effective TTL, counted from :now. Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
                   created_at, expires_at, tenant, retry_of, payload, metadata)
 SELECT :new_id, task, queue, 'waiting', priority, max_attempts, timeout, ttl, :now, :now,
-       :now + min(coalesce(ttl, (SELECT q.ttl FROM queues AS q WHERE q.name = jobs.queue)),
-                  coalesce((SELECT q.ttl FROM queues AS q WHERE q.name = jobs.queue), ttl)),
-       tenant, id, payload, metadata
+       :now + ttl, tenant, id, payload, metadata
 FROM jobs
 WHERE id = :id;
 
@@ -481,18 +481,27 @@ WHERE key = ?2 AND job_id = ?3;
 -- ------------------------------------------------------------ maintenance --
 
 -- name: recover_stalled
--- Active jobs whose lease ended before :now: back to waiting with stalls + 1,
--- or failed/stalled when no attempt or stall is left; a Stalled error is
--- appended either way. Returns them. Tables: jobs (jobs_lease).
+-- Active jobs whose lease ended before :now: back to waiting with stalls + 1
+-- and a fresh TTL (expires_at = :now + ttl), or failed/stalled when no attempt
+-- or stall is left, or cancelled when a cancel was requested (it wins); a
+-- Stalled error is appended either way. Returns them. Every SET expression
+-- reads the row as it was. Tables: jobs (jobs_lease).
 UPDATE jobs INDEXED BY jobs_lease
-SET state = CASE WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled
-                 THEN 'failed' ELSE 'waiting' END,
-    failure_reason = CASE WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled
+SET state = CASE WHEN cancel_requested THEN 'cancelled'
+                 WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled THEN 'failed'
+                 ELSE 'waiting' END,
+    failure_reason = CASE WHEN cancel_requested THEN failure_reason
+                          WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled
                           THEN 'stalled' ELSE failure_reason END,
-    finished_at = CASE WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled
+    finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts
+                            OR stalls + 1 > :max_stalled
                        THEN :now ELSE finished_at END,
-    worker_id = CASE WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled
+    worker_id = CASE WHEN cancel_requested OR attempts >= max_attempts
+                          OR stalls + 1 > :max_stalled
                      THEN worker_id ELSE NULL END,
+    expires_at = CASE WHEN cancel_requested OR attempts >= max_attempts
+                           OR stalls + 1 > :max_stalled
+                      THEN expires_at ELSE :now + ttl END,
     stalls = stalls + 1,
     lease_until = NULL,
     lease_token = NULL,
@@ -508,7 +517,7 @@ SET state = CASE WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled
 WHERE state = 'active' AND lease_until < :now
 RETURNING
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
-    started_at, finished_at, expires_at, lease_until, lease_token, worker_id, stalls,
+    started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors;
 
@@ -589,15 +598,16 @@ WHERE task = :task;
 
 -- name: record_heartbeat
 -- Upsert a worker; last_seen is the backend's now. Tables: workers.
-INSERT INTO workers (id, info, last_seen)
-VALUES (:id, :info, :now)
+INSERT INTO workers (id, info, last_seen, heartbeat_interval)
+VALUES (:id, :info, :now, :heartbeat_interval)
 ON CONFLICT (id) DO UPDATE SET
     info = excluded.info,
-    last_seen = excluded.last_seen;
+    last_seen = excluded.last_seen,
+    heartbeat_interval = excluded.heartbeat_interval;
 
 -- name: list_workers
 -- Every worker that sent a heartbeat. Tables: workers.
-SELECT id, info, last_seen
+SELECT id, info, last_seen, heartbeat_interval
 FROM workers
 ORDER BY id;
 
@@ -605,6 +615,11 @@ ORDER BY id;
 -- Forget a worker. Tables: workers.
 DELETE FROM workers
 WHERE id = :id;
+
+-- name: prune_workers
+-- Forget the workers last seen before :before. Tables: workers.
+DELETE FROM workers
+WHERE last_seen < :before;
 
 
 -- ------------------------------------------------------------------ misc --

@@ -6,6 +6,8 @@
 
 -- One row per job. Small, hot columns first; the JSON blobs last, so reading
 -- the state or the lease never walks into a payload's overflow pages.
+-- ttl is the effective TTL (the smaller of the job's and its queue's at
+-- enqueue); expires_at = start of the current wait + ttl, re-set on each wait.
 CREATE TABLE jobs (
     id               TEXT    NOT NULL PRIMARY KEY,
     task             TEXT    NOT NULL,
@@ -95,11 +97,13 @@ CREATE TABLE rate_starts (
 );
 CREATE INDEX rate_starts_task ON rate_starts (task, at);
 
--- Worker heartbeats.
+-- Worker heartbeats. heartbeat_interval is the worker's own: readers judge
+-- its liveness with it (alive while last_seen is younger than 3 intervals).
 CREATE TABLE workers (
-    id        TEXT NOT NULL PRIMARY KEY,
-    info      TEXT NOT NULL,
-    last_seen REAL NOT NULL
+    id                 TEXT NOT NULL PRIMARY KEY,
+    info               TEXT NOT NULL,
+    last_seen          REAL NOT NULL,
+    heartbeat_interval REAL NOT NULL DEFAULT 10.0
 ) WITHOUT ROWID;
 
 PRAGMA user_version = 1;
