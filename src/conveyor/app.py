@@ -348,11 +348,13 @@ class Conveyor:
             worker.wake()
 
     async def workers(self) -> list[tuple[WorkerInfo, bool]]:
-        """Workers from heartbeats, each with whether it is alive (seen within 3 intervals)."""
+        """Workers from heartbeats, each with whether it is alive: seen within 3 of
+        its own heartbeat intervals."""
         backend = await self.connect()
         now = await backend.now()
-        horizon = 3 * self.settings.heartbeat_interval
-        return [(w, now - w.last_seen < horizon) for w in await backend.list_workers()]
+        return [
+            (w, now - w.last_seen < 3 * w.heartbeat_interval) for w in await backend.list_workers()
+        ]
 
     async def circuits(self) -> list[Any]:
         backend = await self.connect()

@@ -6,15 +6,12 @@ import asyncio
 import logging
 import os
 import sys
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from conveyor.app import Conveyor
-from conveyor.backends.base import CircuitInfo
 from conveyor.cli.common import split_list, state, url_option
 from conveyor.cli.errors import USAGE, CommandFailed, fail
 from conveyor.cli.loading import load_app
@@ -25,7 +22,6 @@ from conveyor.worker.worker import WorkerCrashed
 logger = logging.getLogger("conveyor.worker")
 
 #: ``conveyor.worker.executor`` names its thread-pool threads with this prefix.
-JOB_THREAD_PREFIX = "conveyor-job"
 
 LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
 
@@ -119,7 +115,6 @@ def worker_command(
         )
         ctx.exit(asyncio.run(supervisor.run()))
     asyncio.run(run_worker(app, listen, concurrency, burst, supervisor_pid))
-    exit_past_abandoned_threads()
 
 
 async def run_worker(
@@ -147,11 +142,13 @@ async def run_worker(
 
 
 def log_jobs(app: Conveyor) -> None:
-    """One log line per finished job (INFO), retry (WARNING) and dead letter (ERROR)."""
+    """One log line per finished job (DEBUG: at thousands of jobs a second a line
+    each would cost a third of the worker), retry (WARNING) and dead letter (ERROR).
+    Circuits are logged by the worker itself."""
     jobs = logging.getLogger("conveyor.jobs")
 
     def completed(event: str, job: Job, duration: float = 0.0, **_: Any) -> None:
-        jobs.info("%s %s completed in %s", job.task, job.id, format_duration(duration))
+        jobs.debug("%s %s completed in %s", job.task, job.id, format_duration(duration))
 
     def failed(event: str, job: Job, error: ErrorInfo, will_retry: bool, **_: Any) -> None:
         if will_retry:
@@ -169,48 +166,11 @@ def log_jobs(app: Conveyor) -> None:
         detail = f": {error.type}: {error.message}" if error is not None else ""
         jobs.error("%s %s dead-lettered (%s)%s", job.task, job.id, reason, detail)
 
-    def circuit(event: str, task: str, circuit: CircuitInfo, **_: Any) -> None:
-        if event == "circuit_opened":
-            jobs.warning(
-                "circuit of task %s opened after %d failures in a row: its jobs wait",
-                task,
-                circuit.failures,
-            )
-        else:
-            jobs.info("circuit of task %s closed", task)
-
-    if jobs.isEnabledFor(logging.INFO):  # no per-job callback when nobody reads it
+    if jobs.isEnabledFor(logging.DEBUG):  # no per-job callback when nobody reads it
         app.on("completed", completed)
     if jobs.isEnabledFor(logging.WARNING):
         app.on("failed", failed)
     app.on("dead", dead)
-    app.on("circuit_opened", circuit)
-    app.on("circuit_closed", circuit)
-
-
-def exit_past_abandoned_threads(grace: float = 0.5) -> None:
-    """Exit now if sync handlers still run in their threads after the worker stopped.
-
-    Their jobs were released at the shutdown deadline, but Python joins thread-pool
-    threads at exit, so one stuck handler would keep the process alive forever.
-    """
-    deadline = time.monotonic() + grace
-    stuck = []
-    for thread in threading.enumerate():
-        if thread.name.startswith(JOB_THREAD_PREFIX) and thread.is_alive():
-            thread.join(max(0.0, deadline - time.monotonic()))  # idle pool threads end now
-            if thread.is_alive():
-                stuck.append(thread.name)
-    if not stuck:
-        return
-    logger.warning(
-        "%d sync handler(s) still running at exit were abandoned (their jobs were released)",
-        len(stuck),
-    )
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 async def watch_supervisor(

@@ -48,9 +48,16 @@ def retention_rules(app: Conveyor) -> list[PruneRule]:
     return rules
 
 
+#: Heartbeat rows of workers not seen for this long are removed (crashed workers
+#: never remove their own); until then ``conveyor workers --all`` shows them dead.
+FORGET_WORKERS_AFTER = 3600.0
+
+
 class RetentionCleaner:
     def __init__(self, app: Conveyor) -> None:
         self._app = app
 
     async def run_once(self) -> int:
-        return await self._app.backend.prune_jobs(retention_rules(self._app))
+        backend = self._app.backend
+        await backend.prune_workers(FORGET_WORKERS_AFTER)
+        return await backend.prune_jobs(retention_rules(self._app))

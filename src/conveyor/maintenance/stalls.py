@@ -21,6 +21,9 @@ class StallReaper:
         events = app.events
         for job in result.requeued:
             events.emit("stalled", job=job, requeued=True)
+        for job in result.cancelled:  # a cancel was pending: it wins over a retry
+            events.emit("stalled", job=job, requeued=False)
+            events.emit("cancelled", job=job)
         for job in result.failed:
             events.emit("stalled", job=job, requeued=False)
             events.emit("dead", job=job, reason="stalled", error=job.error)

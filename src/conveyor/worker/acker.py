@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from conveyor.backends.base import Backend, CircuitInfo, Settlement
 from conveyor.errors import BackendError
+from conveyor.job import Job
 
 logger = logging.getLogger("conveyor.worker")
 
@@ -25,17 +26,19 @@ class Acker:
         backend: Backend,
         on_refused: Callable[[set[str]], None],
         on_circuit: Callable[[list[CircuitInfo]], None],
+        on_cancelled: Callable[[list[Job]], None],
     ) -> None:
         self._backend = backend
         self._on_refused = on_refused
         self._on_circuit = on_circuit
-        self._pending: list[Settlement] = []
+        self._on_cancelled = on_cancelled
+        self._pending: list[tuple[Settlement, Job]] = []
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def add(self, settlement: Settlement) -> None:
-        self._pending.append(settlement)
+    def add(self, settlement: Settlement, job: Job) -> None:
+        self._pending.append((settlement, job))
         self._idle.clear()
         self._ready.set()
 
@@ -54,7 +57,7 @@ class Acker:
         while self._pending:
             batch, self._pending = self._pending, []
             try:
-                result = await self._backend.settle_jobs(batch)
+                result = await self._backend.settle_jobs([s for s, _ in batch])
             except (BackendError, OSError) as exc:
                 logger.warning("could not store %d outcomes, retrying: %s", len(batch), exc)
                 self._pending[:0] = batch
@@ -65,6 +68,8 @@ class Acker:
                 self._on_refused(result.refused)
             if result.circuit_changes:
                 self._on_circuit(result.circuit_changes)
+            if result.cancelled:
+                self._on_cancelled([job for s, job in batch if s.job_id in result.cancelled])
         self._idle.set()
 
     async def drain(self, timeout: float) -> bool:

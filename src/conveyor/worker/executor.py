@@ -60,11 +60,21 @@ class Executor:
         self._threads = threads
         self._pool: DaemonThreadPool | None = None
         self._circuits: dict[str, CircuitPolicy | None] = {}
+        self._abandoned: list[DaemonThreadPool] = []
 
-    def close(self) -> None:
-        if self._pool is not None:
-            # Timed-out sync handlers may still run; their threads are abandoned.
-            self._pool.shutdown(wait=False, cancel_futures=True)
+    async def close(self, grace: float = 1.0) -> None:
+        """Stop the thread pools, giving sync handlers that were told to stop
+        ``grace`` seconds to return; the rest are abandoned (daemon threads)."""
+        pools = [*self._abandoned, *([self._pool] if self._pool else [])]
+        self._pool, self._abandoned = None, []
+        for pool in pools:
+            pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + grace
+        stuck = 0
+        for pool in pools:
+            stuck += await asyncio.to_thread(pool.join, max(0.0, deadline - time.monotonic()))
+        if stuck:
+            logger.warning("%d sync handler(s) still running at exit were abandoned", stuck)
 
     def _abandon(self, pool: DaemonThreadPool) -> None:
         """A timed-out or cancelled sync handler keeps its thread (it cannot be
@@ -72,6 +82,7 @@ class Executor:
         if self._pool is pool:
             self._pool = None
             pool.shutdown(wait=False)
+            self._abandoned.append(pool)
 
     def _thread_pool(self) -> DaemonThreadPool:
         if self._pool is None:

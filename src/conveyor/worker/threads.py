@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, ParamSpec, TypeVar
@@ -80,3 +81,11 @@ class DaemonThreadPool(Executor):
         if wait:
             for thread in self._threads:
                 thread.join()
+
+    def join(self, timeout: float) -> int:
+        """Wait up to ``timeout`` for the threads to end (call after ``shutdown``);
+        returns how many still run (their handlers are abandoned)."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return sum(thread.is_alive() for thread in self._threads)

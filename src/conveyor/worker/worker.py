@@ -145,7 +145,7 @@ class Worker:
         self._loop_thread = threading.get_ident()
         self.started_at = await backend.now()
         self.executor = Executor(app, self.id, threads=self.concurrency)
-        self.acker = Acker(backend, self._on_refused, self._on_circuit)
+        self.acker = Acker(backend, self._on_refused, self._on_circuit, self._on_cancelled)
         self.leases = LeaseKeeper(
             backend, self.id, self.active, self.settings.lease, self.request_cancel
         )
@@ -198,6 +198,7 @@ class Worker:
             concurrency=self.concurrency,
             active=len(self.active),
             started_at=self.started_at,
+            heartbeat_interval=self.settings.heartbeat_interval,
         )
 
     def _side(self, name: str, coro: Coroutine[Any, Any, Any]) -> None:
@@ -309,7 +310,7 @@ class Worker:
         try:
             settlement = await self.executor.execute(run)
             if settlement is not None:
-                self.acker.add(settlement)
+                self.acker.add(settlement, job)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug in conveyor itself: leave the job to the stall reaper
@@ -341,6 +342,11 @@ class Worker:
             len(job_ids),
             shown,
         )
+
+    def _on_cancelled(self, jobs: list[Job]) -> None:
+        """A retry or release that a pending cancel turned into ``cancelled``."""
+        for job in jobs:
+            self.app.events.emit("cancelled", job=job)
 
     def _on_circuit(self, changes: list[CircuitInfo]) -> None:
         for circuit in changes:
@@ -395,6 +401,6 @@ class Worker:
             await self.app.backend.remove_worker(self.id)
         except (BackendError, OSError) as exc:
             logger.warning("could not remove heartbeat: %s", exc)
-        self.executor.close()
+        await self.executor.close()
         self.app.events.emit("worker_stopped", worker_id=self.id)
         await self.app.events.flush()
