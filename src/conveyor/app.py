@@ -5,18 +5,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from conveyor import serialization
-from conveyor.backends.base import Backend, JobFilter, NewJob, QueueInfo, WorkerInfo
+from conveyor.backends.base import Backend, JobFilter, QueueInfo, WorkerInfo
 from conveyor.backends.registry import backend_from_url
 from conveyor.dlq import DeadLetters
 from conveyor.durations import parse_duration
 from conveyor.errors import JobNotFound, UnknownTask
 from conveyor.events import Callback, EventBus
-from conveyor.ids import new_id
 from conveyor.job import FailureReason, Job, JobState
+from conveyor.producer import JobBuilder
 from conveyor.retry import Backoff
 from conveyor.settings import Settings, load_settings
 from conveyor.task import FunctionHandler, Handler, Task, build_options
@@ -25,22 +23,6 @@ if TYPE_CHECKING:
     from conveyor.worker.worker import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-ENQUEUE_OPTIONS = frozenset(
-    {
-        "delay",
-        "run_at",
-        "priority",
-        "attempts",
-        "timeout",
-        "idempotency_key",
-        "tenant",
-        "metadata",
-        "queue",
-        "ttl",
-        "worker",
-    }
-)
 
 
 class Conveyor:
@@ -63,6 +45,7 @@ class Conveyor:
         self._open_lock: asyncio.Lock | None = None
         self._local_workers: list[Worker] = []
         self._portal: Any = None
+        self._builder = JobBuilder(self.settings, self._tasks)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- configuration ------------------------------------------------------
@@ -97,6 +80,7 @@ class Conveyor:
             raise ValueError(f"task {handler.name!r} is already registered")
         task = Task(self, handler)
         self._tasks[task.name] = task
+        self._builder.forget()
         return task
 
     def get_task(self, name: str) -> Task:
@@ -164,58 +148,6 @@ class Conveyor:
         await self.close()
 
     # -- enqueue --------------------------------------------------------------
-    def _new_job(self, task_name: str, payload: Any, options: Mapping[str, Any]) -> NewJob:
-        unknown = set(options) - ENQUEUE_OPTIONS
-        if unknown:
-            raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
-        if not task_name or not isinstance(task_name, str):
-            raise TypeError("the task name must be a non-empty string")
-        task = self._tasks.get(task_name)
-        defaults = task.options if task else None
-        settings = self.settings
-        worker = options.get("worker")
-        queue = options.get("queue") or (defaults.queue if defaults else "default")
-        ttl = options.get("ttl", defaults.ttl if defaults else None)
-        if worker:
-            queue = f"worker.{worker}"
-            if ttl is None:
-                ttl = settings.worker_queue_ttl
-        run_at = options.get("run_at")
-        if isinstance(run_at, datetime):
-            if run_at.tzinfo is None:
-                raise ValueError("run_at must be timezone-aware (use datetime.now(timezone.utc))")
-            run_at = run_at.timestamp()
-        attempts = options.get("attempts")
-        if attempts is not None and (not isinstance(attempts, int) or attempts < 1):
-            raise ValueError(f"attempts must be an integer >= 1, not {attempts!r}")
-        if attempts is None and defaults:
-            attempts = defaults.attempts
-        timeout = options.get("timeout", defaults.timeout if defaults else None)
-        metadata = options.get("metadata")
-        if metadata is not None and not isinstance(metadata, dict):
-            raise TypeError("metadata must be a dict")
-        priority = options.get("priority")
-        return NewJob(
-            id=new_id(),
-            task=task_name,
-            queue=queue,
-            payload=serialization.encode_payload(
-                {} if payload is None else payload, settings.max_payload_bytes
-            ),
-            priority=int(
-                priority if priority is not None else (defaults.priority if defaults else 0)
-            ),
-            max_attempts=int(attempts or settings.default_attempts),
-            timeout=parse_duration(timeout) if timeout is not None else None,
-            delay=parse_duration(options.get("delay") or 0),
-            run_at=float(run_at) if run_at is not None else None,
-            ttl=parse_duration(ttl) if ttl is not None else None,
-            idempotency_key=options.get("idempotency_key"),
-            idempotency_ttl=settings.idempotency_ttl,
-            tenant=options.get("tenant"),
-            metadata=serialization.dumps(metadata) if metadata else None,
-        )
-
     async def enqueue(self, task: str, payload: Any = None, **options: Any) -> Job:
         """Enqueue one job. Options: delay, run_at, priority, attempts, timeout,
         idempotency_key, tenant, metadata, queue, ttl, worker."""
@@ -226,9 +158,10 @@ class Conveyor:
     ) -> list[Job]:
         """Enqueue many jobs in one round trip, atomically: all or none."""
         new_jobs = []
+        build = self._builder.build
         for item in items:
             options: Mapping[str, Any] = item[2] if len(item) > 2 else {}
-            new_jobs.append(self._new_job(item[0], item[1], options))
+            new_jobs.append(build(item[0], item[1], options))
         if not new_jobs:
             return []
         backend = await self.connect()

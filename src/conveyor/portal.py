@@ -29,6 +29,7 @@ class Portal:
         # The owner's tasks and queues, so that task defaults and queue limits apply.
         self._app._tasks = owner._tasks
         self._app._queues = owner._queues
+        self._app._builder = owner._builder
 
     def call(self, fn: Callable[[Conveyor], Awaitable[T]]) -> T:
         async def run() -> T:

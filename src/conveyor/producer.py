@@ -1,0 +1,150 @@
+"""Turns what a producer passes to ``enqueue`` into a :class:`NewJob` for the backend.
+
+Task defaults are resolved once per task name and cached, so the common case
+(payload only, no options) is one JSON encode, one id and one record: this is
+the hot path of ``enqueue_many``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from conveyor import serialization
+from conveyor.backends.base import NewJob
+from conveyor.durations import parse_duration
+from conveyor.errors import PayloadTooLarge
+from conveyor.ids import new_id
+
+if TYPE_CHECKING:
+    from conveyor.settings import Settings
+    from conveyor.task import Task
+
+ENQUEUE_OPTIONS = frozenset(
+    {
+        "delay",
+        "run_at",
+        "priority",
+        "attempts",
+        "timeout",
+        "idempotency_key",
+        "tenant",
+        "metadata",
+        "queue",
+        "ttl",
+        "worker",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Defaults:
+    queue: str
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    ttl: float | None
+
+
+class JobBuilder:
+    def __init__(self, settings: Settings, tasks: Mapping[str, Task]) -> None:
+        self._settings = settings
+        self._tasks = tasks
+        self._defaults: dict[str, _Defaults] = {}
+
+    def forget(self) -> None:
+        """Drop cached defaults (a task was registered)."""
+        self._defaults.clear()
+
+    def _defaults_for(self, name: str) -> _Defaults:
+        found = self._defaults.get(name)
+        if found is None:
+            task = self._tasks.get(name)
+            options = task.options if task else None
+            found = _Defaults(
+                queue=options.queue if options else "default",
+                priority=options.priority if options else 0,
+                max_attempts=(options.attempts if options else None)
+                or self._settings.default_attempts,
+                timeout=options.timeout if options else None,
+                ttl=options.ttl if options else None,
+            )
+            self._defaults[name] = found
+        return found
+
+    def _encode(self, payload: Any) -> bytes:
+        try:
+            data = orjson.dumps({} if payload is None else payload, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError:
+            data = serialization.dumps(payload)  # raises the typed SerializationError
+        limit = self._settings.max_payload_bytes
+        if len(data) > limit:
+            raise PayloadTooLarge(len(data), limit)
+        return data
+
+    def build(self, task: str, payload: Any, options: Mapping[str, Any]) -> NewJob:
+        if not isinstance(task, str) or not task:
+            raise TypeError("the task name must be a non-empty string")
+        d = self._defaults_for(task)
+        data = self._encode(payload)
+        if not options:
+            return NewJob(
+                id=new_id(),
+                task=task,
+                queue=d.queue,
+                payload=data,
+                priority=d.priority,
+                max_attempts=d.max_attempts,
+                timeout=d.timeout,
+                ttl=d.ttl,
+                idempotency_ttl=self._settings.idempotency_ttl,
+            )
+        return self._build_with_options(task, d, data, options)
+
+    def _build_with_options(
+        self, task: str, d: _Defaults, data: bytes, options: Mapping[str, Any]
+    ) -> NewJob:
+        unknown = set(options) - ENQUEUE_OPTIONS
+        if unknown:
+            raise TypeError(f"unknown enqueue option(s): {', '.join(sorted(unknown))}")
+        settings = self._settings
+        queue = options.get("queue") or d.queue
+        ttl = options.get("ttl", d.ttl)
+        worker = options.get("worker")
+        if worker:
+            queue = f"worker.{worker}"
+            if ttl is None:
+                ttl = settings.worker_queue_ttl
+        run_at = options.get("run_at")
+        if isinstance(run_at, datetime):
+            if run_at.tzinfo is None:
+                raise ValueError("run_at must be timezone-aware (use datetime.now(timezone.utc))")
+            run_at = run_at.timestamp()
+        attempts = options.get("attempts")
+        if attempts is not None and (not isinstance(attempts, int) or attempts < 1):
+            raise ValueError(f"attempts must be an integer >= 1, not {attempts!r}")
+        timeout = options.get("timeout", d.timeout)
+        metadata = options.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise TypeError("metadata must be a dict")
+        priority = options.get("priority")
+        return NewJob(
+            id=new_id(),
+            task=task,
+            queue=queue,
+            payload=data,
+            priority=int(priority) if priority is not None else d.priority,
+            max_attempts=attempts or d.max_attempts,
+            timeout=parse_duration(timeout) if timeout is not None else None,
+            delay=parse_duration(options.get("delay") or 0),
+            run_at=float(run_at) if run_at is not None else None,
+            ttl=parse_duration(ttl) if ttl is not None else None,
+            idempotency_key=options.get("idempotency_key"),
+            idempotency_ttl=settings.idempotency_ttl,
+            tenant=options.get("tenant"),
+            metadata=serialization.dumps(metadata) if metadata else None,
+        )
