@@ -204,6 +204,13 @@ class Task:
             else inspect.iscoroutinefunction(process)
         )
         self._overrides: dict[str, Any] = {}
+        # Which hooks the handler defines, decided once: the worker skips the rest.
+        base = Handler
+        kind = type(handler)
+        self.validates = kind.validate is not base.validate
+        self.has_on_start = kind.on_start is not base.on_start
+        self.has_on_complete = kind.on_complete is not base.on_complete
+        self.has_on_failed = kind.on_failed is not base.on_failed
 
     def is_retryable(self, exc: BaseException) -> bool:
         if isinstance(self.handler, FunctionHandler):

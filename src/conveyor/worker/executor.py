@@ -17,7 +17,7 @@ from conveyor.backends.base import CircuitPolicy, Outcome, Settlement
 from conveyor.errors import JobTimeout, UnknownTask, ValidationError
 from conveyor.events import EventBus
 from conveyor.job import ErrorInfo, FailureReason, Job
-from conveyor.task import FunctionHandler, Handler, Task
+from conveyor.task import FunctionHandler, Task
 from conveyor.worker.threads import DaemonThreadPool
 
 if TYPE_CHECKING:
@@ -41,11 +41,6 @@ def error_info(exc: BaseException, attempt: int, reason: FailureReason, at: floa
         reason=reason.value,
         at=at,
     )
-
-
-def _overrides(handler: Handler, hook: str) -> bool:
-    """Hooks left at the base class are skipped: no call, no cost."""
-    return getattr(type(handler), hook) is not getattr(Handler, hook)
 
 
 class Executor:
@@ -127,16 +122,17 @@ class Executor:
             )
             return self._refuse(run, FailureReason.UNKNOWN_TASK, exc)
         handler = task.handler
-        try:
-            handler.validate(job.payload)
-        except Exception as exc:
-            return self._refuse(run, FailureReason.INVALID, exc)
+        if task.validates:
+            try:
+                handler.validate(job.payload)
+            except Exception as exc:
+                return self._refuse(run, FailureReason.INVALID, exc)
 
         if self.events.has("active"):
             self.events.emit("active", job=job, worker_id=self.worker_id)
         started = time.perf_counter()
         try:
-            if _overrides(handler, "on_start"):
+            if task.has_on_start:
                 await self._hook(handler.on_start, run.ctx)
             result = await self._call(task, run)
             encoded = serialization.dumps(result)
@@ -162,7 +158,7 @@ class Executor:
         if run.stop_reason == "cancel":
             return self._interrupted(run, task, None)
         duration = time.perf_counter() - started
-        if _overrides(handler, "on_complete"):
+        if task.has_on_complete:
             await self._hook(handler.on_complete, run.ctx, result)
         if self.events.has("completed"):
             self.events.emit("completed", job=job, result=result, duration=duration)
@@ -224,7 +220,7 @@ class Executor:
         retryable = _safe_retryable(task, exc)
         will_retry = retryable and job.attempts < job.max_attempts
         info = error_info(exc, job.attempts, reason, time.time())
-        if _overrides(task.handler, "on_failed"):
+        if task.has_on_failed:
             await self._hook(task.handler.on_failed, run.ctx, exc, will_retry)
         if self.events.has("failed"):
             self.events.emit(

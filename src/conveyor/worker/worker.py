@@ -105,6 +105,7 @@ class Worker:
         """Begin the graceful shutdown; ``force`` skips waiting for running jobs."""
         self._stopping = True
         self._wake.set()
+        self._slot_free.set()
         if force:
             self._forced.set()
 
@@ -239,7 +240,7 @@ class Worker:
             free = self.concurrency - len(self.active)
             if free <= 0:
                 self._slot_free.clear()
-                await self._wait_for(self._slot_free.wait(), None)
+                await self._slot_free.wait()  # stop() sets it too; no helper tasks here
                 continue
             limit = min(free, batch_max)
             self._wake.clear()
@@ -272,7 +273,7 @@ class Worker:
                     await self._wait_for(asyncio.sleep(0.02), None)
                     continue
                 self._slot_free.clear()
-                await self._wait_for(self._slot_free.wait(), None)
+                await self._slot_free.wait()
                 continue
             # Fewer than asked: wait for new work, a free slot, or the poll timer.
             poll = self.settings.poll_interval
