@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from worker_fixtures import (
     Recorder,
     Stack,
-    backend_params,
     eventually,
-    open_stack,
     released,
     running,
     settled,
@@ -23,12 +19,6 @@ from worker_fixtures import (
 from conveyor import FailureReason, JobCancelled, JobFailed, JobState, Priority, QueueFull
 from conveyor.context import JobContext
 from conveyor.task import Handler
-
-
-@pytest.fixture(params=backend_params())
-async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with open_stack(request.param, tmp_path) as opened:
-        yield opened
 
 
 async def test_async_handler_runs_on_the_loop_and_its_result_is_stored(stack: Stack) -> None:

@@ -6,16 +6,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from worker_fixtures import (
     Recorder,
     Stack,
-    backend_params,
-    open_stack,
     released,
     running,
     settled,
@@ -23,12 +19,6 @@ from worker_fixtures import (
 
 from conveyor import Backoff, JobCancelled, JobNotFound, JobState
 from conveyor.context import JobContext
-
-
-@pytest.fixture(params=backend_params())
-async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with open_stack(request.param, tmp_path) as opened:
-        yield opened
 
 
 async def until_cancelled(ctx: JobContext, limit: float = 20) -> bool:

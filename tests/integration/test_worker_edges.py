@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from worker_fixtures import (
     Recorder,
     Stack,
-    backend_params,
-    open_stack,
     released,
     running,
     settled,
@@ -21,12 +17,6 @@ from worker_fixtures import (
 
 from conveyor import BackendUnavailable, FailureReason, JobState
 from conveyor.context import JobContext
-
-
-@pytest.fixture(params=backend_params())
-async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with open_stack(request.param, tmp_path) as opened:
-        yield opened
 
 
 async def test_worker_that_cannot_renew_cancels_the_handler_before_the_lease_ends(

@@ -7,16 +7,12 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from worker_fixtures import (
     Recorder,
     Stack,
-    backend_params,
-    open_stack,
     released,
     running,
     settled,
@@ -25,12 +21,6 @@ from worker_fixtures import (
 from conveyor import Backoff, FailureReason, JobState
 from conveyor.context import JobContext
 from conveyor.task import Handler
-
-
-@pytest.fixture(params=backend_params())
-async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with open_stack(request.param, tmp_path) as opened:
-        yield opened
 
 
 class Flaky(Exception):

@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-import pytest
 from worker_fixtures import (
     Recorder,
     Stack,
-    backend_params,
     eventually,
-    open_stack,
     running,
     settled,
 )
@@ -23,12 +18,6 @@ from conveyor import FailureReason, JobState
 from conveyor.backends.base import ClaimRequest
 from conveyor.context import JobContext
 from conveyor.job import Job
-
-
-@pytest.fixture(params=backend_params())
-async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with open_stack(request.param, tmp_path) as opened:
-        yield opened
 
 
 async def test_stop_lets_a_running_job_finish(stack: Stack) -> None:

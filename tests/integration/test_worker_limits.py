@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from worker_fixtures import (
     Recorder,
     Stack,
-    backend_params,
-    open_stack,
     running,
     settled,
 )
@@ -22,12 +18,6 @@ from conveyor import Backoff, JobState
 from conveyor.backends.base import CircuitState
 from conveyor.context import JobContext
 from conveyor.task import Priority
-
-
-@pytest.fixture(params=backend_params())
-async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with open_stack(request.param, tmp_path) as opened:
-        yield opened
 
 
 class Gauge:

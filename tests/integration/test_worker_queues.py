@@ -4,15 +4,11 @@ TTL expiry, worker targeting, and the dead-letter queue through the app."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from worker_fixtures import (
     Recorder,
     Stack,
-    backend_params,
-    open_stack,
     running,
     settled,
 )
@@ -26,12 +22,6 @@ from conveyor import (
     QueueFull,
 )
 from conveyor.context import JobContext
-
-
-@pytest.fixture(params=backend_params())
-async def stack(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with open_stack(request.param, tmp_path) as opened:
-        yield opened
 
 
 async def test_idempotency_key_returns_the_existing_job_and_runs_once(stack: Stack) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import os
 import sqlite3
 import threading
@@ -56,16 +55,6 @@ def selected_backends() -> list[str]:
     return names
 
 
-def _missing(name: str) -> str | None:
-    if name == "memory":
-        return None
-    try:
-        importlib.import_module(f"conveyor.backends.{name}")
-    except ImportError as exc:
-        return f"conveyor.backends.{name} does not import yet: {exc}"
-    return None
-
-
 @dataclass
 class Stack:
     """One test's backend: how to build apps on one fresh store, and clean up."""
@@ -106,14 +95,8 @@ class Stack:
 
 
 def backend_params() -> list[Any]:
-    """``pytest.param`` per selected backend; one whose module does not import
-    yet is skipped with the reason."""
-    params = []
-    for name in selected_backends():
-        reason = _missing(name)
-        marks = [pytest.mark.skip(reason=reason)] if reason else []
-        params.append(pytest.param(name, id=name, marks=marks))
-    return params
+    """One ``pytest.param`` per selected backend (never skipped)."""
+    return [pytest.param(name, id=name) for name in selected_backends()]
 
 
 @contextlib.asynccontextmanager
