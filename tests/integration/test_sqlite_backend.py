@@ -1,7 +1,7 @@
 """SQLite-only behaviour the conformance suite cannot see.
 
-URL parsing, busy handling, orphaned claims, cross-process pickup, and index-only
-promotion/expiry plans.
+URL parsing, busy handling, orphaned claims, cross-process pickup, index-only
+promotion/expiry plans, the batched settle's fallbacks.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from conveyor.backends.base import ClaimRequest, JobFilter, NewJob
-from conveyor.backends.sqlite import SQLiteBackend
+from conveyor.backends.base import ClaimRequest, JobFilter, NewJob, Outcome, Settlement
+from conveyor.backends.sqlite import SQLiteBackend, ops
 from conveyor.backends.sqlite.queries import Q
 from conveyor.errors import BackendUnavailable, ConfigurationError
 from conveyor.ids import new_id
-from conveyor.job import JobState
+from conveyor.job import ErrorInfo, Job, JobState
 
 
 def job(queue: str = "q") -> NewJob:
@@ -172,3 +172,83 @@ async def test_another_process_enqueue_is_picked_up_within_50ms(tmp_path: Path) 
     assert len(latencies) == 10
     latencies.sort()
     assert latencies[5] < 0.05, latencies
+
+
+async def _claimed(backend: SQLiteBackend, count: int, queue: str = "q") -> list[Job]:
+    await backend.enqueue_jobs([job(queue) for _ in range(count)])
+    request = ClaimRequest(worker_id="w", queues=[queue], limit=count, lease=60)
+    claimed = (await backend.claim_jobs(request)).jobs
+    assert len(claimed) == count
+    return claimed
+
+
+async def test_a_batch_of_completions_refuses_exactly_the_stale_ones(tmp_path: Path) -> None:
+    """The one-statement COMPLETE path falls back to the exact one on a refusal."""
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/s.db")
+    await backend.open()
+    try:
+        a, b, c, d = await _claimed(backend, 4)
+        (never,) = await backend.enqueue_jobs([job()])
+        batch = [
+            Settlement(a.id, a.lease_token or "", Outcome.COMPLETE, "t", result=b'{"r": 1}'),
+            Settlement(b.id, "stale-token", Outcome.COMPLETE, "t", result=b"2"),
+            Settlement(c.id, c.lease_token or "", Outcome.COMPLETE, "t", progress=b'{"p": 3}'),
+            Settlement(never.id, "no-token", Outcome.COMPLETE, "t", result=b"4"),
+        ]
+        result = await backend.settle_jobs(batch)
+        assert result.refused == {b.id, never.id}
+        got = {j.id: j for j in await backend.get_jobs([a.id, b.id, c.id, d.id, never.id])}
+        assert got[a.id].state is JobState.COMPLETED
+        assert got[a.id].result == {"r": 1}
+        assert got[a.id].lease_token is None
+        assert got[a.id].finished_at is not None
+        assert got[c.id].state is JobState.COMPLETED
+        assert got[c.id].progress == {"p": 3}
+        assert got[b.id].state is JobState.ACTIVE
+        assert got[b.id].lease_token == b.lease_token
+        assert got[never.id].state is JobState.WAITING
+        assert got[d.id].state is JobState.ACTIVE
+    finally:
+        await backend.close()
+
+
+async def test_mixed_outcomes_repeated_ids_and_big_results_in_one_batch(tmp_path: Path) -> None:
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/m.db")
+    await backend.open()
+    try:
+        a, b, c, d = await _claimed(backend, 4)
+        await backend.cancel_job(c.id)  # a cancel request wins over the retry below
+        big = b'"' + b"x" * (ops.INLINE_MAX + 10) + b'"'
+        error = ErrorInfo("Boom", "no", attempt=1)
+        result = await backend.settle_jobs(
+            [
+                Settlement(a.id, a.lease_token or "", Outcome.COMPLETE, "t", result=b"1"),
+                Settlement(b.id, b.lease_token or "", Outcome.RETRY, "t", error=error),
+                Settlement(c.id, c.lease_token or "", Outcome.RETRY, "t", error=error),
+                Settlement(d.id, d.lease_token or "", Outcome.COMPLETE, "t", result=big),
+            ]
+        )
+        assert result.refused == set()
+        assert result.cancelled == {c.id}
+        got = {j.id: j for j in await backend.get_jobs([a.id, b.id, c.id, d.id])}
+        assert got[a.id].state is JobState.COMPLETED
+        assert got[a.id].result == 1
+        assert got[b.id].state is JobState.DELAYED
+        assert got[b.id].errors[-1].type == "Boom"
+        assert got[c.id].state is JobState.CANCELLED
+        assert got[d.id].result == "x" * (ops.INLINE_MAX + 10)
+
+        (e,) = await _claimed(backend, 1)
+        token = e.lease_token or ""
+        twice = await backend.settle_jobs(
+            [
+                Settlement(e.id, "wrong", Outcome.COMPLETE, "t", result=b"0"),
+                Settlement(e.id, token, Outcome.COMPLETE, "t", result=b"1"),
+                Settlement(e.id, token, Outcome.COMPLETE, "t", result=b"2"),
+            ]
+        )
+        assert twice.refused == {e.id}
+        assert (await backend.get_jobs([e.id]))[0].result == 1  # the first that held the lease
+    finally:
+        await backend.close()
+

@@ -36,6 +36,9 @@ from conveyor.serialization import dumps_str, loads
 
 _STATES = {s.value: s for s in JobState}
 _NO_CONFIG: tuple[int | None, float | None] = (None, None)
+_CLOSED = CircuitState.CLOSED.value
+_OPEN = CircuitState.OPEN.value
+_HALF_OPEN = CircuitState.HALF_OPEN.value
 
 
 def _json(values: Any) -> str:
@@ -327,16 +330,86 @@ def save_progress(conn: sqlite3.Connection, items: Sequence[tuple[str, str, byte
     return refused
 
 
+#: A result or progress bigger than this takes the exact path rather than
+#: being copied into the batch's JSON parameter.
+INLINE_MAX = 64 * 1024
+
+# (refused, cancelled, wake, counted): what applying a batch of settlements found.
+_Applied = tuple[set[str], set[str], set[str], list[Settlement]]
+
+
 def settle(
     conn: sqlite3.Connection, settlements: Sequence[Settlement]
 ) -> tuple[SettleResult, set[str]]:
     """Apply outcomes fenced by lease token; returns the result and the queues
     that got a job back (released or retried) to wake waiters on.
 
-    A RETRY or RELEASE of a job with a pending cancel request ends it cancelled
-    instead: ``leases_of`` already read the flag in this transaction.
+    COMPLETE outcomes (nearly all of them) take one statement for the batch;
+    anything else, a repeated id, or a refusal takes the exact path, which
+    reads each lease first. A RETRY or RELEASE of a job with a pending cancel
+    request ends it cancelled instead: ``leases_of`` reads the flag in this
+    transaction.
     """
     now = time.time()
+    applied = _settle_fast(conn, settlements, now)
+    if applied is None:
+        applied = _settle_exact(conn, settlements, now)
+    refused, cancelled, wake, counted = applied
+    changes = _count_in_circuits(conn, counted, now) if counted else []
+    return SettleResult(refused=refused, circuit_changes=changes, cancelled=cancelled), wake
+
+
+def _settle_fast(
+    conn: sqlite3.Connection, settlements: Sequence[Settlement], now: float
+) -> _Applied | None:
+    """Every COMPLETE of the batch in one UPDATE, checked by its change count;
+    ``None`` (nothing changed) when the exact path must decide."""
+    items: list[list[str | None]] = []
+    rest: list[Settlement] = []
+    for s in settlements:
+        if s.outcome is not Outcome.COMPLETE:
+            rest.append(s)
+            continue
+        result, progress = s.result, s.progress
+        if (result is not None and len(result) > INLINE_MAX) or (
+            progress is not None and len(progress) > INLINE_MAX
+        ):
+            return None
+        try:
+            items.append(
+                [
+                    s.job_id,
+                    s.lease_token,
+                    None if result is None else result.decode(),
+                    None if progress is None else progress.decode(),
+                ]
+            )
+        except UnicodeDecodeError:
+            return None
+    if not items or len({s.job_id for s in settlements}) != len(settlements):
+        return None  # a repeated id: only the exact path knows which one wins
+    conn.execute("SAVEPOINT settle")
+    changed = conn.execute(Q.complete_jobs, {"items": _json(items), "now": now}).rowcount
+    if changed != len(items):  # some were refused: find out which, exactly
+        conn.execute("ROLLBACK TO settle")
+        conn.execute("RELEASE settle")
+        return None
+    conn.execute("RELEASE settle")
+    if not rest:
+        return set(), set(), set(), [s for s in settlements if s.circuit is not None]
+    refused, cancelled, wake, _ = _settle_exact(conn, rest, now)
+    counted = [
+        s
+        for s in settlements
+        if s.circuit is not None and (s.outcome is Outcome.COMPLETE or s.job_id not in refused)
+    ]
+    return refused, cancelled, wake, counted
+
+
+def _settle_exact(
+    conn: sqlite3.Connection, settlements: Sequence[Settlement], now: float
+) -> _Applied:
+    """Read each job's lease, then apply the outcomes that hold it (``executemany``)."""
     current = _leases(conn, [s.job_id for s in settlements])
     refused: set[str] = set()
     cancelled: set[str] = set()
@@ -361,8 +434,7 @@ def settle(
             counted.append(s)  # counted as reported, even when a cancel ended the job
     if params:
         conn.executemany(Q.settle_job, params)
-    changes = _count_in_circuits(conn, counted, now) if counted else []
-    return SettleResult(refused=refused, circuit_changes=changes, cancelled=cancelled), wake
+    return refused, cancelled, wake, counted
 
 
 def _settle_params(s: Settlement, outcome: Outcome, now: float) -> tuple[Any, ...]:
@@ -393,7 +465,7 @@ def _count_in_circuits(
     conn: sqlite3.Connection, counted: list[Settlement], now: float
 ) -> list[CircuitInfo]:
     """Count successes and failures in their tasks' circuits, in batch order."""
-    tasks = list(dict.fromkeys(s.task for s in counted))
+    tasks = list(dict.fromkeys([s.task for s in counted]))
     # task -> [state, failures, open_for, open_until]; no row = closed, 0 failures
     circuits: dict[str, list[Any]] = {
         task: [state, failures, open_for, open_until]
@@ -401,15 +473,19 @@ def _count_in_circuits(
             Q.circuits_of, {"tasks": _json(tasks)}
         ).fetchall()
     }
+    if all(c[0] == _CLOSED and not c[1] for c in circuits.values()) and all(
+        s.outcome is Outcome.COMPLETE for s in counted
+    ):
+        return []  # successes on closed circuits without failures change nothing
     dirty: set[str] = set()
     changes: list[CircuitInfo] = []
     for s in counted:
         policy = s.circuit
         assert policy is not None
-        c = circuits.setdefault(s.task, [CircuitState.CLOSED.value, 0, None, None])
+        c = circuits.setdefault(s.task, [_CLOSED, 0, None, None])
         if s.outcome is Outcome.COMPLETE:
-            if c[0] != CircuitState.CLOSED.value:
-                c[0], c[1], c[3] = CircuitState.CLOSED.value, 0, None
+            if c[0] != _CLOSED:
+                c[0], c[1], c[3] = _CLOSED, 0, None
                 changes.append(CircuitInfo(s.task, CircuitState.CLOSED, 0, None))
                 dirty.add(s.task)
             elif c[1]:
@@ -419,13 +495,11 @@ def _count_in_circuits(
             c[1] += 1
             c[2] = policy.open_for
             dirty.add(s.task)
-            opens = c[0] == CircuitState.HALF_OPEN.value or (
-                c[0] == CircuitState.CLOSED.value
-                and policy.threshold > 0
-                and c[1] >= policy.threshold
+            opens = c[0] == _HALF_OPEN or (
+                c[0] == _CLOSED and policy.threshold > 0 and c[1] >= policy.threshold
             )
             if opens:
-                c[0], c[3] = CircuitState.OPEN.value, now + policy.open_for
+                c[0], c[3] = _OPEN, now + policy.open_for
                 changes.append(CircuitInfo(s.task, CircuitState.OPEN, c[1], c[3]))
     if dirty:
         conn.executemany(Q.upsert_circuit, [(task, *circuits[task]) for task in sorted(dirty)])

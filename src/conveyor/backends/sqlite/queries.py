@@ -79,6 +79,7 @@ class Queries:
     renew_lease: LiteralString
     save_progress: LiteralString
     settle_job: LiteralString
+    complete_jobs: LiteralString
     circuits_of: LiteralString
     upsert_circuit: LiteralString
     # waiting

@@ -231,6 +231,28 @@ SET state = ?1,
     lease_token = NULL
 WHERE id = ?10 AND lease_token = ?11 AND state = 'active';
 
+-- name: complete_jobs
+-- The common outcome in one statement: complete every job of :items (a JSON
+-- array of [id, lease_token, result, progress]; result and progress are JSON
+-- text or null) that is active under that token. No RETURNING (each returned
+-- row costs more than its update): the caller compares the change count with
+-- the batch and, when some were refused, rolls back and settles exactly.
+-- Tables: jobs.
+UPDATE jobs
+SET state = 'completed',
+    result = coalesce(s.result, jobs.result),
+    failure_reason = NULL,
+    finished_at = :now,
+    progress = coalesce(s.progress, jobs.progress),
+    lease_until = NULL,
+    lease_token = NULL
+FROM (SELECT json_extract(value, '$[0]') AS id,
+             json_extract(value, '$[1]') AS token,
+             CAST(json_extract(value, '$[2]') AS BLOB) AS result,
+             CAST(json_extract(value, '$[3]') AS BLOB) AS progress
+      FROM json_each(:items)) AS s
+WHERE jobs.id = s.id AND jobs.lease_token = s.token AND jobs.state = 'active';
+
 -- name: circuits_of
 -- The circuits of the tasks in :tasks (JSON array). Tables: circuits.
 SELECT task, state, failures, open_for, open_until
