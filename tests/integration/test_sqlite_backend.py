@@ -1,7 +1,7 @@
 """SQLite-only behaviour the conformance suite cannot see.
 
 URL parsing, busy handling, orphaned claims, cross-process pickup, index-only
-promotion/expiry plans, the batched settle's fallbacks.
+promotion/expiry plans, the batched settle's fallbacks, background checkpoints.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.backends.base import ClaimRequest, JobFilter, NewJob, Outcome, Settlement
-from conveyor.backends.sqlite import SQLiteBackend, ops
+from conveyor.backends.sqlite import SQLiteBackend, checkpoint, ops
 from conveyor.backends.sqlite.queries import Q
 from conveyor.errors import BackendUnavailable, ConfigurationError
 from conveyor.ids import new_id
@@ -252,3 +252,28 @@ async def test_mixed_outcomes_repeated_ids_and_big_results_in_one_batch(tmp_path
     finally:
         await backend.close()
 
+
+async def test_checkpoints_run_in_the_background_and_the_wal_stays_bounded(
+    tmp_path: Path,
+) -> None:
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/w.db")
+    await backend.open()
+    try:
+        for _ in range(4):
+            await backend.enqueue_jobs([job() for _ in range(checkpoint.CHECKPOINT_EVERY)])
+        request = ClaimRequest(worker_id="w", queues=["q"], limit=200, lease=60)
+        while claimed := (await backend.claim_jobs(request)).jobs:
+            await backend.settle_jobs(
+                [Settlement(j.id, j.lease_token or "", Outcome.COMPLETE, "t") for j in claimed]
+            )
+        for _ in range(1000):  # the checkpointer thread runs on its own: up to 10 s
+            if backend._checkpointer.checkpoints:
+                break
+            await asyncio.sleep(0.01)
+        assert backend._checkpointer.checkpoints > 0
+        # The WAL file never grew past the writer's backstop (4,000 pages + a batch).
+        wal = (tmp_path / "w.db-wal").stat().st_size
+        assert 0 < wal <= (4000 + 1000) * (4096 + 24), wal
+    finally:
+        await backend.close()
+    assert backend._checkpointer._thread is None  # stopped with the backend

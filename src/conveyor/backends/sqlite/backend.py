@@ -1,12 +1,14 @@
 """The SQLite backend: the embedded default, a file next to the app.
 
-Three connections, each owned by its own thread (see connection.py):
+Four connections, each owned by its own thread (see connection.py):
 
 - the **writer** runs every write transaction (``BEGIN IMMEDIATE``), one
   contract operation per executor hop;
 - the **reader** serves reads, which in WAL mode never queue behind writes;
 - the **watcher**, a small one, polls ``PRAGMA data_version`` every 5 ms while
-  a worker waits, to see other processes' commits within milliseconds.
+  a worker waits, to see other processes' commits within milliseconds;
+- the **checkpointer** copies the WAL back into the database file in the
+  background, so the writer's commits never pay for it (see checkpoint.py).
 
 Durability, WAL and multi-process use: docs/explanation/sqlite.md.
 """
@@ -22,7 +24,8 @@ from typing import Any
 
 from conveyor.backends import base
 from conveyor.backends.sqlite import admin, ops
-from conveyor.backends.sqlite.connection import ThreadConnection
+from conveyor.backends.sqlite.checkpoint import Checkpointer
+from conveyor.backends.sqlite.connection import WRITER_TUNING, ThreadConnection
 from conveyor.backends.sqlite.migrate import LATEST, migrate, user_version
 from conveyor.backends.sqlite.url import SQLiteOptions, parse_url
 from conveyor.backends.sqlite.wakeup import WorkSignal
@@ -45,7 +48,13 @@ class SQLiteBackend(base.Backend):
     def __init__(self, url: str, settings: Settings | None = None) -> None:
         self.url = url
         self.options: SQLiteOptions = parse_url(url, settings)
-        self._writer = ThreadConnection(self.options, "writer")
+        self._checkpointer = Checkpointer(self.options)
+        self._writer = ThreadConnection(
+            self.options,
+            "writer",
+            pragmas=WRITER_TUNING,
+            after_commit=self._checkpointer.after_commit,
+        )
         self._reader = ThreadConnection(self.options, "reader")
         self._watcher = ThreadConnection(self.options, "watcher", tune=False)
         self._signal = WorkSignal()
@@ -75,6 +84,7 @@ class SQLiteBackend(base.Backend):
                 await self._reader.open()
                 await self._watcher.open()
                 self._seen_version = await self._watcher.call(admin.data_version)
+                self._checkpointer.start()
             except BaseException:
                 await self._close_connections()
                 raise
@@ -100,6 +110,7 @@ class SQLiteBackend(base.Backend):
     async def _close_connections(self) -> None:
         for conn in (self._watcher, self._reader, self._writer):
             await conn.close()
+        self._checkpointer.stop()
 
     async def now(self) -> float:
         return time.time()

@@ -37,7 +37,7 @@ _BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _UNAVAILABLE_CODES = frozenset({8, 10, 13, 14, 15})  # READONLY IOERR FULL CANTOPEN PROTOCOL
 
 # Fixed statements for each synchronous level (PRAGMA values cannot be bound).
-_SYNCHRONOUS: dict[str, LiteralString] = {
+SYNCHRONOUS: dict[str, LiteralString] = {
     "OFF": "PRAGMA synchronous = OFF",
     "NORMAL": "PRAGMA synchronous = NORMAL",
     "FULL": "PRAGMA synchronous = FULL",
@@ -50,6 +50,10 @@ _TUNING: tuple[LiteralString, ...] = (
     "PRAGMA mmap_size = 268435456",  # read through a 256 MiB memory map
     "PRAGMA journal_size_limit = 67108864",  # truncate the WAL back to 64 MiB
 )
+
+#: The writer's own automatic checkpoint at 4,000 WAL pages (4 KiB each) is only
+#: a backstop: the background Checkpointer (checkpoint.py) does the copying.
+WRITER_TUNING: tuple[LiteralString, ...] = ("PRAGMA wal_autocheckpoint = 4000",)
 
 MIN_SQLITE = (3, 35, 0)  # RETURNING
 
@@ -115,10 +119,20 @@ class ThreadConnection:
     cost one commit and one thread hand-off instead of two.
     """
 
-    def __init__(self, options: SQLiteOptions, role: str, *, tune: bool = True) -> None:
+    def __init__(
+        self,
+        options: SQLiteOptions,
+        role: str,
+        *,
+        tune: bool = True,
+        pragmas: tuple[LiteralString, ...] = (),
+        after_commit: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> None:
         self.options = options
         self.role = role
         self._tune = tune
+        self._pragmas = pragmas
+        self._after_commit = after_commit
         self._queue: collections.deque[_Op | object] = collections.deque()
         self._ready = threading.Condition(threading.Lock())
         self._thread: threading.Thread | None = None
@@ -287,6 +301,8 @@ class ThreadConnection:
                 with contextlib.suppress(sqlite3.Error):  # the connection is gone
                     conn.execute("ROLLBACK")
             raise
+        if self._after_commit is not None:
+            self._after_commit(conn)
         return outcomes
 
     def _in_transaction(
@@ -338,8 +354,8 @@ class ThreadConnection:
                     raise BackendError(
                         f"could not put {self.options.path} in WAL mode (got {mode!r})"
                     )
-                conn.execute(_SYNCHRONOUS[self.options.synchronous])
-                for pragma in _TUNING:
+                conn.execute(SYNCHRONOUS[self.options.synchronous])
+                for pragma in (*_TUNING, *self._pragmas):
                     conn.execute(pragma)
         except BaseException:
             conn.close()
