@@ -65,6 +65,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
     rows: list[tuple[Any, ...]] = []
     key_rows: list[tuple[Any, ...]] = []
     added: dict[str, int] = {}
+    waiting, delayed = JobState.WAITING, JobState.DELAYED
     for nj in jobs:
         key = nj.idempotency_key
         if key is not None:
@@ -72,19 +73,22 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             if existing is not None:
                 results.append(replace(existing, duplicate=True))
                 continue
+        queue = nj.queue
         run_at = nj.run_at if nj.run_at is not None else now + nj.delay
-        delayed = run_at > now
-        queue_ttl = configs.get(nj.queue, _NO_CONFIG)[1]
+        state = delayed if run_at > now else waiting
         ttl = nj.ttl  # the effective TTL, stored: every later wait gets it afresh
-        if queue_ttl is not None and (ttl is None or queue_ttl < ttl):
-            ttl = queue_ttl
+        config = configs.get(queue)
+        if config is not None:
+            queue_ttl = config[1]
+            if queue_ttl is not None and (ttl is None or queue_ttl < ttl):
+                ttl = queue_ttl
         expires_at = None if ttl is None else run_at + ttl
         rows.append(
             (
                 nj.id,
                 nj.task,
-                nj.queue,
-                "delayed" if delayed else "waiting",
+                queue,
+                state.value,
                 nj.priority,
                 nj.max_attempts,
                 nj.timeout,
@@ -99,30 +103,54 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
                 nj.metadata,
             )
         )
-        payload, metadata, problem = _decode_new(nj)
+        problem: str | None = None
+        metadata: dict[str, Any] = {}
+        if nj.metadata is None:
+            try:
+                payload = loads(nj.payload)
+            except ValueError:
+                payload, metadata, problem = _decode_new(nj)
+        else:
+            payload, metadata, problem = _decode_new(nj)
+        # Positional, in decode.JOB_FIELDS order (checked at import).
         job = Job(
-            id=nj.id,
-            task=nj.task,
-            queue=nj.queue,
-            payload=payload,
-            state=JobState.DELAYED if delayed else JobState.WAITING,
-            priority=nj.priority,
-            max_attempts=nj.max_attempts,
-            timeout=nj.timeout,
-            run_at=run_at,
-            created_at=now,
-            expires_at=expires_at,
-            ttl=ttl,
-            idempotency_key=key,
-            tenant=nj.tenant,
-            metadata=metadata,
-            retry_of=nj.retry_of,
-            decode_error=problem,
+            nj.id,
+            nj.task,
+            queue,
+            payload,
+            state,
+            nj.priority,
+            0,  # attempts
+            nj.max_attempts,
+            nj.timeout,
+            run_at,
+            now,  # created_at
+            None,  # started_at
+            None,  # finished_at
+            expires_at,
+            ttl,
+            None,  # lease_until
+            None,  # lease_token
+            None,  # worker_id
+            0,  # stalls
+            None,  # progress
+            None,  # result
+            None,  # error
+            [],  # errors
+            None,  # failure_reason
+            key,
+            nj.tenant,
+            metadata,
+            None,  # retried_as
+            nj.retry_of,
+            False,  # cancel_requested
+            False,  # duplicate
+            problem,  # decode_error
         )
         if key is not None:
             known[key] = job  # a second job with this key in the batch is its duplicate
-            key_rows.append((key, nj.id, nj.task, nj.queue, now + nj.idempotency_ttl))
-        added[nj.queue] = added.get(nj.queue, 0) + 1
+            key_rows.append((key, nj.id, nj.task, queue, now + nj.idempotency_ttl))
+        added[queue] = added.get(queue, 0) + 1
         results.append(job)
 
     for queue, count in added.items():
@@ -139,13 +167,9 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
 
 
 def _decode_new(nj: NewJob) -> tuple[Any, dict[str, Any], str | None]:
-    """The payload and metadata of a new job as values (the shared decoder names
-    any problem; the plain payload-only case skips it)."""
-    if nj.metadata is None:
-        try:
-            return loads(nj.payload), {}, None
-        except ValueError:
-            pass
+    """The payload and metadata of a new job as values, through the shared
+    decoder, which names any problem (the loop above decodes the plain
+    payload-only case itself)."""
     fields = decode_fields(nj.payload, nj.metadata)
     return fields.payload, fields.metadata, fields.problem
 
