@@ -128,6 +128,21 @@ def test_promotion_and_expiry_are_index_searches(tmp_path: Path) -> None:
     db.close()
 
 
+def test_listing_walks_the_primary_key_newest_first_without_a_sort(tmp_path: Path) -> None:
+    from conveyor.backends.sqlite.admin import _filter
+    from conveyor.backends.sqlite.migrate import load_schema
+
+    db = sqlite3.connect(tmp_path / "list.db")
+    for statement in load_schema():
+        db.execute(statement)
+    for where in (JobFilter(), JobFilter(states=[JobState.COMPLETED]), JobFilter(tenant="t")):
+        params = {**_filter(where), "limit": 10, "offset": 0}
+        plan = " ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + Q.list_jobs, params))
+        assert "SCAN jobs USING INDEX sqlite_autoindex_jobs_1" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
+    db.close()
+
+
 _PRODUCER = textwrap.dedent(
     """
     import asyncio, sys, time

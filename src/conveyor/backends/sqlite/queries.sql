@@ -314,7 +314,7 @@ WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
   AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
   AND (:finished_before IS NULL OR finished_at < :finished_before)
-ORDER BY created_at DESC, id DESC
+ORDER BY id DESC
 LIMIT :limit OFFSET :offset;
 
 -- name: list_rare_finished
@@ -334,7 +334,7 @@ WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at IS NOT NUL
   AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
   AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
   AND (:finished_before IS NULL OR finished_at < :finished_before)
-ORDER BY created_at DESC, id DESC
+ORDER BY id DESC
 LIMIT :limit OFFSET :offset;
 
 -- name: count_rare_finished

@@ -55,9 +55,9 @@ CREATE INDEX jobs_expiry ON jobs (expires_at) WHERE state = 'waiting' AND expire
 CREATE INDEX jobs_lease ON jobs (lease_until, queue) WHERE state = 'active';
 -- Retention (finished jobs of a state by age), the dead-letter queue.
 CREATE INDEX jobs_finished ON jobs (state, finished_at, queue) WHERE finished_at IS NOT NULL;
--- Listing, newest first; tenant filters.
-CREATE INDEX jobs_created ON jobs (created_at, id);
-CREATE INDEX jobs_tenant ON jobs (tenant, created_at) WHERE tenant IS NOT NULL;
+-- Listing walks the primary key newest first (ids increase in creation order,
+-- see ids.py), so it needs no index of its own; tenant filters have one.
+CREATE INDEX jobs_tenant ON jobs (tenant, id) WHERE tenant IS NOT NULL;
 
 -- Idempotency keys outlive their job's row: final_state remembers how the job
 -- ended when retention (or a delete) removed it.
