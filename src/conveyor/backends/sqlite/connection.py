@@ -46,14 +46,22 @@ SYNCHRONOUS: dict[str, LiteralString] = {
 _TUNING: tuple[LiteralString, ...] = (
     "PRAGMA foreign_keys = OFF",
     "PRAGMA temp_store = MEMORY",
-    "PRAGMA cache_size = -32768",  # 32 MiB of page cache per connection
-    "PRAGMA mmap_size = 268435456",  # read through a 256 MiB memory map
+    # Small caches, no memory map: the hot path's working set (the tails of the
+    # jobs table and its partial indexes) is a few hundred pages, and the OS
+    # page cache serves the rest. A bigger cache or a memory map only made the
+    # process grow with the database (pages touched by a memory map count in
+    # its RSS), at no measurable gain in speed.
+    "PRAGMA cache_size = -2048",  # 2 MiB of page cache (the writer's: 4 MiB)
+    "PRAGMA mmap_size = 0",
     "PRAGMA journal_size_limit = 67108864",  # truncate the WAL back to 64 MiB
 )
 
 #: The writer's own automatic checkpoint at 4,000 WAL pages (4 KiB each) is only
 #: a backstop: the background Checkpointer (checkpoint.py) does the copying.
-WRITER_TUNING: tuple[LiteralString, ...] = ("PRAGMA wal_autocheckpoint = 4000",)
+WRITER_TUNING: tuple[LiteralString, ...] = (
+    "PRAGMA wal_autocheckpoint = 4000",
+    "PRAGMA cache_size = -4096",  # room for a 5,000-job batch without spilling
+)
 
 MIN_SQLITE = (3, 35, 0)  # RETURNING
 
