@@ -62,7 +62,8 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
         known = _live_keys(conn, jobs, now)
 
     results: list[Job] = []
-    rows: list[tuple[Any, ...]] = []
+    plain: list[tuple[Any, ...]] = []  # insert_plain_job
+    rows: list[tuple[Any, ...]] = []  # insert_job
     key_rows: list[tuple[Any, ...]] = []
     added: dict[str, int] = {}
     waiting, delayed = JobState.WAITING, JobState.DELAYED
@@ -83,26 +84,51 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             if queue_ttl is not None and (ttl is None or queue_ttl < ttl):
                 ttl = queue_ttl
         expires_at = None if ttl is None else run_at + ttl
-        rows.append(
-            (
-                nj.id,
-                nj.task,
-                queue,
-                state.value,
-                nj.priority,
-                nj.max_attempts,
-                nj.timeout,
-                ttl,
-                run_at,
-                now,
-                expires_at,
-                key,
-                nj.tenant,
-                nj.retry_of,
-                nj.payload,
-                nj.metadata,
+        # bytearray: bound as a BLOB like bytes, without the adapter lookup
+        # Python's sqlite3 makes for every bytes (or None) parameter.
+        payload_blob = bytearray(nj.payload)
+        if (
+            ttl is None
+            and key is None
+            and nj.timeout is None
+            and nj.tenant is None
+            and nj.retry_of is None
+            and nj.metadata is None
+        ):
+            plain.append(
+                (
+                    nj.id,
+                    nj.task,
+                    queue,
+                    state.value,
+                    nj.priority,
+                    nj.max_attempts,
+                    run_at,
+                    now,
+                    payload_blob,
+                )
             )
-        )
+        else:
+            rows.append(
+                (
+                    nj.id,
+                    nj.task,
+                    queue,
+                    state.value,
+                    nj.priority,
+                    nj.max_attempts,
+                    nj.timeout,
+                    ttl,
+                    run_at,
+                    now,
+                    expires_at,
+                    key,
+                    nj.tenant,
+                    nj.retry_of,
+                    payload_blob,
+                    None if nj.metadata is None else bytearray(nj.metadata),
+                )
+            )
         problem: str | None = None
         metadata: dict[str, Any] = {}
         if nj.metadata is None:
@@ -159,6 +185,8 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             (pending,) = conn.execute(Q.count_pending, {"queue": queue}).fetchone()
             if pending + count > max_size:
                 raise QueueFull(queue, max_size)  # rolls the whole batch back
+    if plain:
+        conn.executemany(Q.insert_plain_job, plain)
     if rows:
         conn.executemany(Q.insert_job, rows)
     if key_rows:

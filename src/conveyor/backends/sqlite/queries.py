@@ -62,6 +62,7 @@ class Queries:
     live_keys: LiteralString
     count_pending: LiteralString
     insert_job: LiteralString
+    insert_plain_job: LiteralString
     upsert_key: LiteralString
     # claim
     promote_due: LiteralString

