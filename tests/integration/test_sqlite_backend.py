@@ -292,3 +292,39 @@ async def test_checkpoints_run_in_the_background_and_the_wal_stays_bounded(
     finally:
         await backend.close()
     assert backend._checkpointer._thread is None  # stopped with the backend
+
+
+async def test_a_run_of_plain_jobs_stores_every_payload_byte_for_byte(tmp_path: Path) -> None:
+    """Runs of jobs without options travel as one JSON parameter; the stored
+    payloads are the exact bytes given, as BLOBs, whatever they contain."""
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/p.db")
+    await backend.open()
+    payloads = [
+        b"null",
+        b'{"quote": "\\"", "slash": "\\\\", "nl": "\\n", "u": "\\u00e9"}',
+        '{"raw": "é ☃ 😀 \\t"}'.encode(),
+        b'  [1, 2.50, 1e400, "spaces kept"]  ',
+        b"\xff\xfe not utf-8",  # corrupt: stored as given, decoded as an error
+        b'{"nul": "\x00"}',
+        b'"' + b"y" * (ops.INLINE_MAX + 1) + b'"',
+        *(f'{{"i": {i}}}'.encode() for i in range(ops.RUN_MIN)),
+    ]
+    jobs = [NewJob(id=new_id(), task="t", queue="q", payload=p, max_attempts=5) for p in payloads]
+    jobs.append(NewJob(id=new_id(), task="t", queue="q", payload=b"{}", timeout=3.0))
+    try:
+        created = await backend.enqueue_jobs(jobs)
+        assert [j.id for j in created] == [j.id for j in jobs]
+        assert created[4].decode_error is not None
+        assert created[1].payload == {"quote": '"', "slash": "\\", "nl": "\n", "u": "é"}
+        with sqlite3.connect(tmp_path / "p.db") as db:
+            stored = dict(db.execute("SELECT id, payload FROM jobs"))
+            kinds = {kind for (kind,) in db.execute("SELECT DISTINCT typeof(payload) FROM jobs")}
+            shared = set(db.execute("SELECT task, queue, state, max_attempts FROM jobs"))
+        assert stored == {j.id: j.payload for j in jobs}
+        assert kinds == {"blob"}
+        assert shared == {("t", "q", "waiting", 5), ("t", "q", "waiting", 3)}
+        got = {j.id: j for j in await backend.get_jobs([j.id for j in jobs])}
+        assert got[jobs[2].id].payload == {"raw": "é ☃ 😀 \t"}
+        assert got[jobs[-1].id].timeout == 3.0
+    finally:
+        await backend.close()

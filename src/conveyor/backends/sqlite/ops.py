@@ -62,7 +62,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
         known = _live_keys(conn, jobs, now)
 
     results: list[Job] = []
-    plain: list[tuple[Any, ...]] = []  # insert_plain_job
+    runs: dict[tuple[Any, ...], list[NewJob]] = {}  # plain jobs, by what they share
     rows: list[tuple[Any, ...]] = []  # insert_job
     key_rows: list[tuple[Any, ...]] = []
     added: dict[str, int] = {}
@@ -84,9 +84,6 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             if queue_ttl is not None and (ttl is None or queue_ttl < ttl):
                 ttl = queue_ttl
         expires_at = None if ttl is None else run_at + ttl
-        # bytearray: bound as a BLOB like bytes, without the adapter lookup
-        # Python's sqlite3 makes for every bytes (or None) parameter.
-        payload_blob = bytearray(nj.payload)
         if (
             ttl is None
             and key is None
@@ -95,19 +92,11 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             and nj.retry_of is None
             and nj.metadata is None
         ):
-            plain.append(
-                (
-                    nj.id,
-                    nj.task,
-                    queue,
-                    state.value,
-                    nj.priority,
-                    nj.max_attempts,
-                    run_at,
-                    now,
-                    payload_blob,
-                )
-            )
+            shared = (nj.task, queue, state.value, nj.priority, nj.max_attempts, run_at)
+            run = runs.get(shared)
+            if run is None:
+                runs[shared] = run = []
+            run.append(nj)
         else:
             rows.append(
                 (
@@ -125,7 +114,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
                     key,
                     nj.tenant,
                     nj.retry_of,
-                    payload_blob,
+                    bytearray(nj.payload),  # see _insert_plain
                     None if nj.metadata is None else bytearray(nj.metadata),
                 )
             )
@@ -185,13 +174,62 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             (pending,) = conn.execute(Q.count_pending, {"queue": queue}).fetchone()
             if pending + count > max_size:
                 raise QueueFull(queue, max_size)  # rolls the whole batch back
-    if plain:
-        conn.executemany(Q.insert_plain_job, plain)
+    if runs:
+        _insert_plain(conn, runs, now)
     if rows:
         conn.executemany(Q.insert_job, rows)
     if key_rows:
         conn.executemany(Q.upsert_key, key_rows)
     return results
+
+
+#: Plain jobs sharing everything but id and payload go in one statement when
+#: there are at least this many of them.
+RUN_MIN = 8
+
+
+def _insert_plain(
+    conn: sqlite3.Connection, runs: dict[tuple[Any, ...], list[NewJob]], now: float
+) -> None:
+    """Insert plain jobs (no options set), grouped by what they share.
+
+    Binding parameters costs Python's sqlite3 more than SQLite's insert: an exact
+    int, float, str or bytearray is cheap, but every None and bytes goes through
+    an adapter lookup. So a run of jobs sharing task, queue, state, priority,
+    max_attempts and run_at is inserted by ONE statement that reads only
+    ``[id, payload]`` per job from a JSON array (``insert_job_run``); the rest,
+    and payloads that cannot travel as JSON text (big, not UTF-8, or with a NUL
+    byte), go through ``executemany`` with 9 parameters, the payload bound as a
+    bytearray (a BLOB, like bytes, without the adapter lookup).
+    """
+    single: list[tuple[Any, ...]] = []
+    for (task, queue, state, priority, max_attempts, run_at), members in runs.items():
+        items: list[list[str]] = []
+        for nj in members:
+            payload = nj.payload
+            if len(members) >= RUN_MIN and len(payload) <= INLINE_MAX and b"\0" not in payload:
+                try:
+                    items.append([nj.id, payload.decode()])
+                    continue
+                except UnicodeDecodeError:
+                    pass
+            single.append(
+                (nj.id, task, queue, state, priority, max_attempts, run_at, now, bytearray(payload))
+            )
+        if items:
+            params = {
+                "task": task,
+                "queue": queue,
+                "state": state,
+                "priority": priority,
+                "max_attempts": max_attempts,
+                "run_at": run_at,
+                "now": now,
+                "items": _json(items),
+            }
+            conn.execute(Q.insert_job_run, params)
+    if single:
+        conn.executemany(Q.insert_plain_job, single)
 
 
 def _decode_new(nj: NewJob) -> tuple[Any, dict[str, Any], str | None]:

@@ -63,6 +63,7 @@ class Queries:
     count_pending: LiteralString
     insert_job: LiteralString
     insert_plain_job: LiteralString
+    insert_job_run: LiteralString
     upsert_key: LiteralString
     # claim
     promote_due: LiteralString

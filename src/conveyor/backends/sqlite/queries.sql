@@ -42,13 +42,23 @@ INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, 
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16);
 
 -- name: insert_plain_job
--- Insert one new job with no options left NULL here (no timeout, TTL,
--- idempotency key, tenant, retry_of or metadata): the common case, with 9
--- parameters instead of 16. Python's sqlite3 binds an int, float or str
--- cheaply, but looks up an adapter for every None (and bytes): leaving those
--- columns out halves the cost of an insert (executemany). Tables: jobs.
+-- Insert one new job with no options (no timeout, TTL, idempotency key,
+-- tenant, retry_of or metadata), 9 parameters instead of 16 (executemany).
+-- Python's sqlite3 binds an int, float or str cheaply, but looks up an adapter
+-- for every None (and bytes): leaving those columns out halves the cost of an
+-- insert. Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, run_at, created_at, payload)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9);
+
+-- name: insert_job_run
+-- Insert a run of new jobs without options that share task, queue, state,
+-- priority, max_attempts and run_at, in one statement: :items is a JSON array
+-- of [id, payload] (the payload's JSON text as a string, stored as a BLOB).
+-- Half the cost of binding 9 parameters per job. Tables: jobs.
+INSERT INTO jobs (id, task, queue, state, priority, max_attempts, run_at, created_at, payload)
+SELECT json_extract(value, '$[0]'), :task, :queue, :state, :priority, :max_attempts,
+       :run_at, :now, CAST(json_extract(value, '$[1]') AS BLOB)
+FROM json_each(:items);
 
 -- name: upsert_key
 -- Remember an idempotency key for a new job, replacing an expired row (executemany).
