@@ -13,6 +13,7 @@ from conveyor.dlq import DeadLetters
 from conveyor.durations import parse_duration
 from conveyor.errors import JobNotFound, UnknownTask
 from conveyor.events import Callback, EventBus
+from conveyor.ids import new_ids
 from conveyor.job import FailureReason, Job, JobState
 from conveyor.producer import JobBuilder
 from conveyor.retry import Backoff
@@ -157,11 +158,12 @@ class Conveyor:
         self, items: Iterable[tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]]
     ) -> list[Job]:
         """Enqueue many jobs in one round trip, atomically: all or none."""
-        new_jobs = []
+        batch = list(items)
         build = self._builder.build
-        for item in items:
-            options: Mapping[str, Any] = item[2] if len(item) > 2 else {}
-            new_jobs.append(build(item[0], item[1], options))
+        new_jobs = [
+            build(item[0], item[1], item[2] if len(item) > 2 else {}, job_id)
+            for item, job_id in zip(batch, new_ids(len(batch)), strict=True)
+        ]
         if not new_jobs:
             return []
         backend = await self.connect()

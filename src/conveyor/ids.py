@@ -39,6 +39,30 @@ def new_id() -> str:
     return f"{ms:012x}{seq:06x}{_random_bits(32):08x}"
 
 
+def new_ids(count: int) -> list[str]:
+    """``count`` ids for one batch: one clock read and one lock for all of them."""
+    global _last_ms, _seq
+    if count <= 0:
+        return []
+    if count > 0xFFFF:  # a sequence range this large could pass the 24-bit field
+        return [new_id() for _ in range(count)]
+    ms = time.time_ns() // 1_000_000
+    with _lock:
+        if ms <= _last_ms:
+            ms = _last_ms
+            first = _seq + 1
+        else:
+            _last_ms = ms
+            first = 0
+        if first + count > 0xFFFFFF:  # borrow the next millisecond
+            ms = _last_ms = ms + 1
+            first = 0
+        _seq = first + count - 1
+    prefix = f"{ms:012x}"
+    tail = f"{_random_bits(32):08x}"  # one per batch: prefix + sequence already differ
+    return [f"{prefix}{seq:06x}{tail}" for seq in range(first, first + count)]
+
+
 def new_token() -> str:
     """A lease token: unguessable, unique per claim."""
     return os.urandom(8).hex()

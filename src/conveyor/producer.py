@@ -86,27 +86,35 @@ class JobBuilder:
             raise PayloadTooLarge(len(data), limit)
         return data
 
-    def build(self, task: str, payload: Any, options: Mapping[str, Any]) -> NewJob:
+    def build(
+        self, task: str, payload: Any, options: Mapping[str, Any], job_id: str | None = None
+    ) -> NewJob:
         if not isinstance(task, str) or not task:
             raise TypeError("the task name must be a non-empty string")
         d = self._defaults_for(task)
         data = self._encode(payload)
         if not options:
+            # Positional: a third of the cost of keywords, on the hot path. The
+            # order is NewJob's: id task queue payload priority max_attempts
+            # timeout delay run_at ttl idempotency_key idempotency_ttl.
             return NewJob(
-                id=new_id(),
-                task=task,
-                queue=d.queue,
-                payload=data,
-                priority=d.priority,
-                max_attempts=d.max_attempts,
-                timeout=d.timeout,
-                ttl=d.ttl,
-                idempotency_ttl=self._settings.idempotency_ttl,
+                job_id or new_id(),
+                task,
+                d.queue,
+                data,
+                d.priority,
+                d.max_attempts,
+                d.timeout,
+                0.0,
+                None,
+                d.ttl,
+                None,
+                self._settings.idempotency_ttl,
             )
-        return self._build_with_options(task, d, data, options)
+        return self._build_with_options(task, d, data, options, job_id or new_id())
 
     def _build_with_options(
-        self, task: str, d: _Defaults, data: bytes, options: Mapping[str, Any]
+        self, task: str, d: _Defaults, data: bytes, options: Mapping[str, Any], job_id: str
     ) -> NewJob:
         unknown = set(options) - ENQUEUE_OPTIONS
         if unknown:
@@ -133,7 +141,7 @@ class JobBuilder:
             raise TypeError("metadata must be a dict")
         priority = options.get("priority")
         return NewJob(
-            id=new_id(),
+            id=job_id,
             task=task,
             queue=queue,
             payload=data,
