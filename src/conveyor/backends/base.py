@@ -304,7 +304,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def list_jobs(self, where: JobFilter, limit: int = 100, offset: int = 0) -> list[Job]:
-        """Matching jobs, newest first."""
+        """Matching jobs, newest first (by id: ids increase with creation)."""
 
     @abc.abstractmethod
     async def count_jobs(self, where: JobFilter) -> int: ...

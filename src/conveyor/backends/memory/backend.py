@@ -679,7 +679,7 @@ class _Store:
 
     def list_matching(self, where: JobFilter, limit: int, offset: int) -> list[Job]:
         rows = self._select(where)
-        rows.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        rows.sort(key=lambda r: r.id, reverse=True)  # ids increase with creation
         return [_to_job(r) for r in rows[max(0, offset) : max(0, offset) + max(0, limit)]]
 
     def count(self, where: JobFilter) -> int:
