@@ -9,7 +9,7 @@ import click
 from conveyor.app import Conveyor, job_filter
 from conveyor.cli.common import DURATION, backend_options, json_option, print_json, run
 from conveyor.cli.errors import CommandFailed
-from conveyor.cli.jobs import REASONS, fetch, filter_options, print_job, print_jobs
+from conveyor.cli.jobs import REASONS, fetch, filter_options, print_job, show_list
 from conveyor.durations import format_duration
 from conveyor.job import JobState
 
@@ -36,16 +36,8 @@ def list_dead(
     """List dead letters, newest first."""
 
     async def go(app: Conveyor) -> None:
-        jobs = await app.dlq.list(
-            task=task, queue=queue, tenant=tenant, reason=reason, limit=limit, offset=offset
-        )
-        if as_json:
-            print_json([job.to_dict() for job in jobs])
-            return
-        total = offset + len(jobs)
-        if len(jobs) >= limit:
-            total = await app.dlq.count(task=task, queue=queue, tenant=tenant, reason=reason)
-        print_jobs(jobs, await app.backend.now(), offset, total, "dead letters")
+        filters = {"queue": queue, "task": task, "tenant": tenant, "reason": reason}
+        await show_list(app, "failed", filters, limit, offset, as_json, "dead letters")
 
     run(go)
 

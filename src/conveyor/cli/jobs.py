@@ -176,23 +176,30 @@ def list_jobs(
     """List jobs, newest first."""
 
     async def go(app: Conveyor) -> None:
-        filters: dict[str, Any] = {
-            "queue": queue,
-            "task": task,
-            "tenant": tenant,
-            "reason": reason,
-        }
-        selected = list(states) or None
-        jobs = await app.list_jobs(selected, limit=limit, offset=offset, **filters)
-        if as_json:
-            print_json([job.to_dict() for job in jobs])
-            return
-        total = offset + len(jobs)
-        if len(jobs) >= limit:
-            total = await app.count_jobs(selected, **filters)
-        print_jobs(jobs, await app.backend.now(), offset, total, "jobs")
+        filters = {"queue": queue, "task": task, "tenant": tenant, "reason": reason}
+        await show_list(app, list(states) or None, filters, limit, offset, as_json, "jobs")
 
     run(go)
+
+
+async def show_list(
+    app: Conveyor,
+    states: list[str] | str | None,
+    filters: dict[str, Any],
+    limit: int,
+    offset: int,
+    as_json: bool,
+    what: str,
+) -> None:
+    """One page of jobs as JSON or a table; the total is counted only past a full page."""
+    jobs = await app.list_jobs(states, limit=limit, offset=offset, **filters)
+    if as_json:
+        print_json([job.to_dict() for job in jobs])
+        return
+    total = offset + len(jobs)
+    if len(jobs) >= limit:
+        total = await app.count_jobs(states, **filters)
+    print_jobs(jobs, await app.backend.now(), offset, total, what)
 
 
 @jobs_group.command("show")
