@@ -107,6 +107,13 @@ class Conveyor:
         if self._opened:
             raise RuntimeError("declare queues before the app connects (at import time)")
 
+    def _twin(self) -> Conveyor:
+        """A second app with these settings, tasks and queues, for another event loop
+        (backends are bound to the loop that opened them)."""
+        twin = Conveyor(settings=self.settings)
+        twin._tasks, twin._queues, twin._builder = self._tasks, self._queues, self._builder
+        return twin
+
     # -- connection -----------------------------------------------------------
     @property
     def backend(self) -> Backend:

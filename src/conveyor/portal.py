@@ -18,18 +18,13 @@ class Portal:
     """Owns a second app on its own loop (backends are bound to one loop)."""
 
     def __init__(self, owner: Conveyor) -> None:
-        from conveyor.app import Conveyor
-
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="conveyor-portal", daemon=True
         )
         self._thread.start()
-        self._app = Conveyor(settings=owner.settings)
         # The owner's tasks and queues, so that task defaults and queue limits apply.
-        self._app._tasks = owner._tasks
-        self._app._queues = owner._queues
-        self._app._builder = owner._builder
+        self._app = owner._twin()
 
     def call(self, fn: Callable[[Conveyor], Awaitable[T]]) -> T:
         async def run() -> T:
