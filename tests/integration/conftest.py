@@ -6,7 +6,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from worker_fixtures import Stack, backend_params, open_stack
+from worker_fixtures import Stack, open_stack
+
+from support.kits import backend_params
 
 
 @pytest.fixture(params=backend_params())

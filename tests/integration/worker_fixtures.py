@@ -1,32 +1,24 @@
 """Shared helpers for the in-process worker tests (``test_worker_*.py``).
 
-Not a conftest on purpose: other integration suites live beside these. Each
-test module declares its ``stack`` fixture in two lines with :func:`open_stack`
-and :func:`backend_params`.
-
-Backends come from ``CONVEYOR_TEST_BACKENDS`` (comma list, default
-``memory,sqlite``); a selected backend whose module does not import yet is
-skipped with the reason.
+Not a conftest on purpose: other integration suites live beside these. The
+``stack`` fixture (conftest.py) builds one :class:`Stack` per selected backend;
+backends and their fresh stores come from ``support.kits``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import sqlite3
 import threading
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from conveyor.app import Conveyor
 from conveyor.job import Job
 from conveyor.worker.worker import Worker
+from support.kits import KITS, BackendKit
 
 #: Small settings so that leases, stalls, polls and grace periods take moments.
 FAST: dict[str, Any] = {
@@ -43,17 +35,6 @@ FAST: dict[str, Any] = {
     "circuit_threshold": 0,
 }
 
-CORRUPT = b"{this is not json"
-
-
-def selected_backends() -> list[str]:
-    raw = os.environ.get("CONVEYOR_TEST_BACKENDS", "memory,sqlite")
-    names = [name.strip() for name in raw.split(",") if name.strip()]
-    unknown = [name for name in names if name not in ("memory", "sqlite")]
-    if unknown or not names:
-        raise pytest.UsageError(f"CONVEYOR_TEST_BACKENDS={raw!r}: unknown backend(s) {unknown}")
-    return names
-
 
 @dataclass
 class Stack:
@@ -61,14 +42,15 @@ class Stack:
 
     name: str
     tmp_path: Path
-    store: str = field(default_factory=lambda: f"worker-tests-{uuid.uuid4().hex}")
     apps: list[Conveyor] = field(default_factory=list)
+    kit: BackendKit = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kit = KITS[self.name](self.tmp_path)
 
     @property
     def url(self) -> str:
-        if self.name == "memory":
-            return f"memory://{self.store}"
-        return f"sqlite:///{self.tmp_path}/db"
+        return self.kit.shared_url()
 
     def app(self, **overrides: Any) -> Conveyor:
         """A new app on this test's store, with :data:`FAST` settings."""
@@ -77,26 +59,12 @@ class Stack:
         return app
 
     async def corrupt_payload(self, app: Conveyor, job_id: str) -> None:
-        backend = await app.connect()
-        if self.name == "memory":
-            backend._store.jobs[job_id].payload = CORRUPT  # type: ignore[attr-defined]
-            return
-        with contextlib.closing(sqlite3.connect(self.tmp_path / "db")) as db, db:
-            cursor = db.execute("UPDATE jobs SET payload = ? WHERE id = ?", (CORRUPT, job_id))
-            assert cursor.rowcount == 1
+        await self.kit.corrupt_payload(await app.connect(), job_id)
 
     async def close(self) -> None:
         for app in reversed(self.apps):
             await app.close()
-        if self.name == "memory":
-            from conveyor.backends.memory import drop_memory_store
-
-            drop_memory_store(self.store)
-
-
-def backend_params() -> list[Any]:
-    """One ``pytest.param`` per selected backend (never skipped)."""
-    return [pytest.param(name, id=name) for name in selected_backends()]
+        await self.kit.cleanup()
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,1 @@
+"""Test support shared by every suite (on ``sys.path`` via pytest's ``pythonpath``)."""
