@@ -24,6 +24,16 @@ class BackendUnavailable(BackendError):
     """The backend is down or unreachable; retry later."""
 
 
+class NotReplicated(BackendError):
+    """Fewer replicas than required acknowledged a write in time (Redis ``WAIT``
+    mode). The write is on the primary; it may be lost if the primary fails now."""
+
+    def __init__(self, message: str, acknowledged: int, required: int) -> None:
+        super().__init__(message)
+        self.acknowledged = acknowledged
+        self.required = required
+
+
 class MissingDependency(ConveyorError, ImportError):
     """A backend or feature needs an optional extra that is not installed."""
 
@@ -99,3 +109,16 @@ class LeaseLost(ConveyorError):
 
 class JobTimeout(ConveyorError, TimeoutError):
     """A handler ran past its job's timeout."""
+
+
+class InvalidSchedule(ConfigurationError):
+    """A schedule's cron, interval, time zone or options cannot be used; the
+    message names the schedule and the problem."""
+
+
+class ScheduleNotFound(ConveyorError, LookupError):
+    """No schedule with this name is stored."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule named {name!r}")
+        self.name = name

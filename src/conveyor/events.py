@@ -15,6 +15,8 @@
 | ``circuit_opened`` | worker, from the backend's answer | ``task``, ``circuit`` |
 | ``circuit_closed`` | worker, from the backend's answer | ``task``, ``circuit`` |
 | ``worker_started`` / ``worker_stopped`` | worker | ``worker_id`` |
+| ``schedule_fired`` | scheduler, a slot enqueued | ``schedule``, ``job``, ``fire_time``, ... |
+| ``schedule_missed`` | scheduler, slots skipped | ``schedule``, ``missed_from``, ``next_fire`` |
 | ``error`` | any role, on an unexpected exception it survived | ``error``, ``where`` |
 
 Callbacks may be sync or async. They run in registration order; one that
@@ -47,6 +49,8 @@ EVENT_NAMES = frozenset(
         "circuit_closed",
         "worker_started",
         "worker_stopped",
+        "schedule_fired",
+        "schedule_missed",
         "error",
     }
 )

@@ -207,7 +207,7 @@ BAD_INPUT = [
     (["jobs", "show", "0123456789abcdef0123456789"], 1, "no job with id"),
     (["dlq", "retry", "0123456789abcdef0123456789"], 1, "no job with id"),
     (["jobs", "list", "--state", "lost"], 2, "'lost' is not one of"),
-    (["worker", APP, "--with-scheduler"], 2, "scheduler"),
+    (["schedules", "set-cron", "nightly", "* * *"], 2, "has 3 fields"),
     (["nosuchcommand"], 2, "No such command"),
 ]
 

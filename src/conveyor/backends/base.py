@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import abc
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Protocol, runtime_checkable
 
 from conveyor.job import ErrorInfo, FailureReason, Job, JobState
 from conveyor.ratelimit import RateLimit
@@ -238,6 +240,128 @@ class PruneRule:
     exclude_tasks: Sequence[str] = ()
 
 
+class MisfirePolicy(enum.StrEnum):
+    """What a scheduler does with fires it missed (no scheduler was running)."""
+
+    SKIP = "skip"  # forget missed slots; fire at the next slot from now
+    RUN_ONCE = "run_once"  # fire once for all missed slots, then go on from now
+
+
+@dataclass(slots=True)
+class ScheduleSpec:
+    """A schedule as the application's code declares it (``app.schedule``).
+
+    Exactly one of ``cron`` / ``every`` is set. ``payload`` and ``options`` are
+    JSON-encoded (``options``: enqueue options such as queue, priority,
+    attempts). ``fingerprint`` changes whenever any of these fields does.
+    """
+
+    name: str
+    task: str
+    payload: bytes
+    cron: str | None = None
+    every: float | None = None
+    timezone: str = "UTC"
+    start: float | None = None
+    end: float | None = None
+    limit: int | None = None
+    misfire: MisfirePolicy = MisfirePolicy.SKIP
+    options: bytes = b"{}"
+    fingerprint: str = ""
+
+
+@dataclass(slots=True)
+class ScheduleRecord:
+    """A stored schedule: its definition plus the state operators and schedulers change."""
+
+    spec: ScheduleSpec
+    cron: str | None
+    """The cron in force: the spec's, or an operator's ``set-cron`` override."""
+    every: float | None
+    """The interval in force (same rule as ``cron``)."""
+    paused: bool = False
+    next_fire_at: float | None = None
+    """POSIX time of the next slot; ``None`` when finished (``end`` passed or
+    ``limit`` reached)."""
+    fires: int = 0
+    last_fire_at: float | None = None
+    updated_at: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view for the CLI and the HTTP API: times as POSIX
+        seconds, plus ``*_iso`` UTC strings; payload and options decoded."""
+        spec = self.spec
+        return {
+            "name": spec.name,
+            "task": spec.task,
+            "payload": _json_or_text(spec.payload),
+            "options": _json_or_text(spec.options),
+            "cron": self.cron,
+            "every": self.every,
+            "timezone": spec.timezone,
+            "declared_cron": spec.cron,
+            "declared_every": spec.every,
+            "overridden": (self.cron, self.every) != (spec.cron, spec.every),
+            "start": spec.start,
+            "end": spec.end,
+            "limit": spec.limit,
+            "misfire": spec.misfire.value,
+            "paused": self.paused,
+            "next_fire_at": self.next_fire_at,
+            "next_fire_iso": _iso(self.next_fire_at),
+            "fires": self.fires,
+            "last_fire_at": self.last_fire_at,
+            "last_fire_iso": _iso(self.last_fire_at),
+            "updated_at": self.updated_at,
+            "fingerprint": spec.fingerprint,
+        }
+
+
+def _iso(when: float | None) -> str | None:
+    if when is None:
+        return None
+    return datetime.fromtimestamp(when, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _json_or_text(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode("utf-8", "replace")
+
+
+#: Upper bounds (seconds) of the job-duration histogram buckets; the last is +Inf.
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+    float("inf"),
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class JobStat:
+    """Finished runs of one ``(task, queue, status)``: counts and durations.
+
+    Workers report increments; the backend adds them into cumulative totals
+    (``/metrics`` counters, never pruned) and into per-minute series (dashboard
+    throughput, pruned by age). ``buckets[i]`` counts runs with a duration
+    ``<= DURATION_BUCKETS[i]`` and above the previous bound (not cumulative).
+    """
+
+    task: str
+    queue: str
+    status: str
+    """``completed``, ``failed``, ``retried``, ``cancelled`` or ``expired``."""
+    count: int = 0
+    duration_sum: float = 0.0
+    buckets: list[int] = field(default_factory=lambda: [0] * len(DURATION_BUCKETS))
+    minute: float = 0.0
+    """Series rows: POSIX start of the minute (backend clock). Totals: 0."""
+
+
 COUNTED_STATES = tuple(JobState)
 
 
@@ -387,6 +511,77 @@ class Backend(abc.ABC):
         """Delete heartbeat rows whose ``last_seen`` is before ``now - older_than``
         (backend clock); returns how many."""
 
+    # -- schedules ---------------------------------------------------------
+    @abc.abstractmethod
+    async def sync_schedules(
+        self, specs: Sequence[ScheduleSpec], first_fires: Mapping[str, float | None]
+    ) -> list[ScheduleRecord]:
+        """Store the code's schedules; returns their records, in ``specs`` order.
+
+        A new name is inserted with ``next_fire_at = first_fires[name]``. A stored
+        schedule with the same fingerprint is left exactly as it is (pause,
+        cron override, next fire, fire count survive restarts and deploys). A
+        changed fingerprint replaces the definition, drops a cron override and
+        sets ``next_fire_at = first_fires[name]``; ``paused`` and ``fires`` are kept.
+        Concurrent calls from several schedulers are safe.
+        """
+
+    @abc.abstractmethod
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        """Every stored schedule, by name."""
+
+    @abc.abstractmethod
+    async def update_schedule(
+        self,
+        name: str,
+        *,
+        paused: bool | None = None,
+        cron: str | None = None,
+        every: float | None = None,
+        next_fire_at: float | None = None,
+        reschedule: bool = False,
+    ) -> ScheduleRecord | None:
+        """Operator changes: ``paused`` when not ``None``; a new ``cron`` or
+        ``every`` (an override; setting one clears the other); ``next_fire_at``
+        replaced when ``reschedule`` is true. Returns the record, or ``None``
+        when no schedule has that name."""
+
+    @abc.abstractmethod
+    async def advance_schedule(
+        self, name: str, fired_at: float, next_fire_at: float | None, *, fired: bool = True
+    ) -> bool:
+        """Compare-and-set after a fire was enqueued: only when the stored
+        ``next_fire_at`` still equals ``fired_at`` (exactly), set it to
+        ``next_fire_at``, add 1 to ``fires`` and set ``last_fire_at = fired_at``.
+        With ``fired=False`` (missed slots skipped by the misfire policy) only
+        ``next_fire_at`` moves: ``fires`` and ``last_fire_at`` are left alone.
+        A paused schedule moves too (the caller decides). Returns whether it
+        moved (``False``: another scheduler or an operator already moved it)."""
+
+    @abc.abstractmethod
+    async def delete_schedules(self, names: Sequence[str]) -> int:
+        """Forget these schedules; returns how many existed."""
+
+    # -- job statistics (metrics and throughput history) --------------------
+    @abc.abstractmethod
+    async def record_job_stats(self, stats: Sequence[JobStat]) -> None:
+        """Add these increments to the cumulative totals and to the series row
+        of the current minute (backend clock), summing count, duration_sum and
+        each bucket. Atomic per call; safe from many workers at once."""
+
+    @abc.abstractmethod
+    async def job_stat_totals(self) -> list[JobStat]:
+        """Cumulative totals per ``(task, queue, status)`` (``minute`` is 0)."""
+
+    @abc.abstractmethod
+    async def job_stat_series(self, since: float) -> list[JobStat]:
+        """Per-minute rows with ``minute >= since``, oldest first."""
+
+    @abc.abstractmethod
+    async def prune_job_stats(self, older_than: float) -> int:
+        """Delete series rows whose minute is before ``now - older_than``
+        (totals are never pruned); returns how many."""
+
     # -- conveniences built on the contract --------------------------------
     async def get_job(self, job_id: str) -> Job | None:
         jobs = await self.get_jobs([job_id])
@@ -398,3 +593,12 @@ class Backend(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+@runtime_checkable
+class TransactionalEnqueue(Protocol):
+    """A backend that can insert jobs inside the caller's own open transaction,
+    on the caller's own database connection (``app.enqueue(..., connection=conn)``):
+    the jobs commit or roll back with the caller's data. Only PostgreSQL has it."""
+
+    async def enqueue_jobs_on(self, connection: Any, jobs: Sequence[NewJob]) -> list[Job]: ...

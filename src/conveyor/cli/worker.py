@@ -6,20 +6,24 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from conveyor.app import Conveyor
 from conveyor.cli.common import split_list, state, url_option
-from conveyor.cli.errors import USAGE, CommandFailed, fail
+from conveyor.cli.errors import CommandFailed
 from conveyor.cli.loading import load_app
 from conveyor.durations import format_duration
 from conveyor.job import ErrorInfo, Job
 from conveyor.worker.worker import WorkerCrashed
 
+if TYPE_CHECKING:
+    from conveyor.worker.supervisor import Supervisor
+
 logger = logging.getLogger("conveyor.worker")
+T = TypeVar("T")
 
 #: ``conveyor.worker.executor`` names its thread-pool threads with this prefix.
 
@@ -65,7 +69,11 @@ def setup_logging(level: str) -> None:
     help="Run this many worker processes under a supervisor that restarts them.",
 )
 @click.option("--burst", is_flag=True, help="Exit once nothing is due.")
-@click.option("--with-scheduler", is_flag=True, help="Also run the scheduler (not yet available).")
+@click.option(
+    "--with-scheduler",
+    is_flag=True,
+    help="Also fire the app's schedules in this process (with --processes: in the supervisor).",
+)
 @click.option("--log-level", type=LEVELS, default="info", show_default=True)
 @click.option("--supervisor-pid", type=int, hidden=True)
 @url_option
@@ -86,12 +94,6 @@ def worker_command(
     The first signal stops claiming and lets running jobs finish within
     shutdown_timeout; a second one cancels them and gives them back.
     """
-    if with_scheduler:
-        fail(
-            "--with-scheduler: the scheduler arrives in a later release of conveyor; "
-            "run the worker without it",
-            USAGE,
-        )
     url = state().url
     app = load_app(app_spec, url)
     app.backend  # noqa: B018  # builds (does not open) the backend: a bad URL fails here, once
@@ -113,8 +115,10 @@ def worker_command(
         supervisor = Supervisor(
             command, processes, shutdown_timeout=app.settings.shutdown_timeout, burst=burst
         )
+        if with_scheduler:  # one scheduler, in the process that outlives worker crashes
+            ctx.exit(asyncio.run(supervise_with_scheduler(app, supervisor)))
         ctx.exit(asyncio.run(supervisor.run()))
-    asyncio.run(run_worker(app, listen, concurrency, burst, supervisor_pid))
+    asyncio.run(run_worker(app, listen, concurrency, burst, supervisor_pid, with_scheduler))
 
 
 async def run_worker(
@@ -123,6 +127,7 @@ async def run_worker(
     concurrency: int | None,
     burst: bool,
     supervisor_pid: int | None,
+    with_scheduler: bool = False,
 ) -> None:
     log_jobs(app)
     worker = app.worker(queues=queues or None, concurrency=concurrency, burst=burst)
@@ -130,7 +135,10 @@ async def run_worker(
     if supervisor_pid is not None:
         watchdog = asyncio.create_task(watch_supervisor(worker.stop, supervisor_pid))
     try:
-        await worker.run()
+        if with_scheduler:
+            await beside_scheduler(app, worker.run())
+        else:
+            await worker.run()
     except WorkerCrashed as exc:  # already logged, with the role that died
         raise CommandFailed(f"{exc}: {exc.__cause__!r}") from None
     finally:
@@ -139,6 +147,25 @@ async def run_worker(
         await app.close()
     if burst:
         logger.info("burst done: %d job(s) processed", worker.processed)
+
+
+async def beside_scheduler(app: Conveyor, main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` (a worker or a supervisor) with the app's scheduler beside
+    it; the scheduler stops when ``main`` returns or raises."""
+    scheduler = app.scheduler()
+    firing = asyncio.create_task(scheduler.run())
+    try:
+        return await main
+    finally:
+        scheduler.stop()
+        await firing
+
+
+async def supervise_with_scheduler(app: Conveyor, supervisor: Supervisor) -> int:
+    try:
+        return await beside_scheduler(app, supervisor.run())
+    finally:
+        await app.close()
 
 
 def log_jobs(app: Conveyor) -> None:

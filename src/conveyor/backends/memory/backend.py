@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from conveyor.backends.base import (
@@ -38,16 +38,21 @@ from conveyor.backends.base import (
     ClaimRequest,
     ClaimResult,
     JobFilter,
+    JobStat,
     NewJob,
     Outcome,
     PruneRule,
     QueueInfo,
     RenewResult,
+    ScheduleRecord,
+    ScheduleSpec,
     Settlement,
     SettleResult,
     StallResult,
     WorkerInfo,
 )
+from conveyor.backends.memory.schedules import ScheduleTable
+from conveyor.backends.memory.stats import JobStatTable
 from conveyor.backends.rows import decode_fields
 from conveyor.errors import (
     BackendError,
@@ -234,6 +239,8 @@ class _Store:
         self.rates: dict[str, _RateLog] = {}
         self.workers: dict[str, WorkerInfo] = {}
         self.waiters: dict[asyncio.Future[bool], frozenset[str]] = {}
+        self.job_stats = JobStatTable()
+        self.schedules = ScheduleTable()
 
     # -- clock -------------------------------------------------------------
     def now(self) -> float:
@@ -1126,3 +1133,71 @@ class MemoryBackend(Backend):
         store = self._ready()
         with store.lock:
             return store.prune_workers(older_than)
+
+    # -- schedules -----------------------------------------------------------
+    async def sync_schedules(
+        self, specs: Sequence[ScheduleSpec], first_fires: Mapping[str, float | None]
+    ) -> list[ScheduleRecord]:
+        store = self._ready()
+        with store.lock:
+            return store.schedules.sync(specs, first_fires, store.now())
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        store = self._ready()
+        with store.lock:
+            return store.schedules.list()
+
+    async def update_schedule(
+        self,
+        name: str,
+        *,
+        paused: bool | None = None,
+        cron: str | None = None,
+        every: float | None = None,
+        next_fire_at: float | None = None,
+        reschedule: bool = False,
+    ) -> ScheduleRecord | None:
+        store = self._ready()
+        with store.lock:
+            return store.schedules.update(
+                name,
+                store.now(),
+                paused=paused,
+                cron=cron,
+                every=every,
+                next_fire_at=next_fire_at,
+                reschedule=reschedule,
+            )
+
+    async def advance_schedule(
+        self, name: str, fired_at: float, next_fire_at: float | None, *, fired: bool = True
+    ) -> bool:
+        store = self._ready()
+        with store.lock:
+            return store.schedules.advance(name, fired_at, next_fire_at, fired, store.now())
+
+    async def delete_schedules(self, names: Sequence[str]) -> int:
+        store = self._ready()
+        with store.lock:
+            return store.schedules.delete(names)
+
+    # -- job statistics ----------------------------------------------------
+    async def record_job_stats(self, stats: Sequence[JobStat]) -> None:
+        store = self._ready()
+        with store.lock:
+            store.job_stats.record(stats, store.now())
+
+    async def job_stat_totals(self) -> list[JobStat]:
+        store = self._ready()
+        with store.lock:
+            return store.job_stats.list_totals()
+
+    async def job_stat_series(self, since: float) -> list[JobStat]:
+        store = self._ready()
+        with store.lock:
+            return store.job_stats.list_series(since)
+
+    async def prune_job_stats(self, older_than: float) -> int:
+        store = self._ready()
+        with store.lock:
+            return store.job_stats.prune(store.now() - older_than)

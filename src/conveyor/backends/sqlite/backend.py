@@ -19,11 +19,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conveyor.backends import base
 from conveyor.backends.sqlite import admin, ops
+from conveyor.backends.sqlite import schedules as schedules_sql
+from conveyor.backends.sqlite import stats as stats_sql
 from conveyor.backends.sqlite.checkpoint import Checkpointer
 from conveyor.backends.sqlite.connection import WRITER_TUNING, ThreadConnection
 from conveyor.backends.sqlite.migrate import LATEST, migrate, user_version
@@ -316,3 +318,50 @@ class SQLiteBackend(base.Backend):
 
     async def prune_workers(self, older_than: float) -> int:
         return await self._writer.write(admin.prune_workers, older_than)
+
+    # -- schedules -----------------------------------------------------------
+
+    async def sync_schedules(
+        self, specs: Sequence[base.ScheduleSpec], first_fires: Mapping[str, float | None]
+    ) -> list[base.ScheduleRecord]:
+        return await self._writer.write(schedules_sql.sync, list(specs), dict(first_fires))
+
+    async def list_schedules(self) -> list[base.ScheduleRecord]:
+        return await self._reader.read(schedules_sql.list_all)
+
+    async def update_schedule(
+        self,
+        name: str,
+        *,
+        paused: bool | None = None,
+        cron: str | None = None,
+        every: float | None = None,
+        next_fire_at: float | None = None,
+        reschedule: bool = False,
+    ) -> base.ScheduleRecord | None:
+        change = schedules_sql.ScheduleChange(name, paused, cron, every, next_fire_at, reschedule)
+        return await self._writer.write(schedules_sql.update, change)
+
+    async def advance_schedule(
+        self, name: str, fired_at: float, next_fire_at: float | None, *, fired: bool = True
+    ) -> bool:
+        return await self._writer.write(schedules_sql.advance, name, fired_at, next_fire_at, fired)
+
+    async def delete_schedules(self, names: Sequence[str]) -> int:
+        if not names:
+            return 0
+        return await self._writer.write(schedules_sql.delete, list(names))
+
+    # -- job statistics ----------------------------------------------------
+    async def record_job_stats(self, stats: Sequence[base.JobStat]) -> None:
+        if stats:
+            await self._writer.write(stats_sql.record, list(stats))
+
+    async def job_stat_totals(self) -> list[base.JobStat]:
+        return await self._reader.call(stats_sql.totals)
+
+    async def job_stat_series(self, since: float) -> list[base.JobStat]:
+        return await self._reader.call(stats_sql.series, since)
+
+    async def prune_job_stats(self, older_than: float) -> int:
+        return await self._writer.write(stats_sql.prune, older_than)

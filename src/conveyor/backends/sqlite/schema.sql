@@ -105,3 +105,52 @@ CREATE TABLE workers (
     last_seen          REAL NOT NULL,
     heartbeat_interval REAL NOT NULL DEFAULT 10.0
 ) WITHOUT ROWID;
+
+-- Schedules (see schedules.py): the definition the app's code declares (spec_*,
+-- task, payload, options, fingerprint) and the state operators and schedulers
+-- change. cron/every hold the expression in force (the spec's, or a set-cron
+-- override); next_fire_at is NULL once the schedule is finished.
+CREATE TABLE schedules (
+    name         TEXT    NOT NULL PRIMARY KEY,
+    task         TEXT    NOT NULL,
+    payload      BLOB    NOT NULL,
+    spec_cron    TEXT,
+    spec_every   REAL,
+    timezone     TEXT    NOT NULL,
+    start_at     REAL,
+    end_at       REAL,
+    fire_limit   INTEGER,
+    misfire      TEXT    NOT NULL,
+    options      BLOB    NOT NULL,
+    fingerprint  TEXT    NOT NULL,
+    cron         TEXT,
+    every        REAL,
+    paused       INTEGER NOT NULL DEFAULT 0,
+    next_fire_at REAL,
+    fires        INTEGER NOT NULL DEFAULT 0,
+    last_fire_at REAL,
+    updated_at   REAL    NOT NULL
+) WITHOUT ROWID;
+
+-- Job statistics reported by workers (see stats.sql): cumulative totals per
+-- (task, queue, status) for /metrics, and per-minute series rows pruned by age.
+CREATE TABLE job_stat_totals (
+    task         TEXT    NOT NULL,
+    queue        TEXT    NOT NULL,
+    status       TEXT    NOT NULL,
+    count        INTEGER NOT NULL DEFAULT 0,
+    duration_sum REAL    NOT NULL DEFAULT 0,
+    buckets      TEXT    NOT NULL,
+    PRIMARY KEY (task, queue, status)
+) WITHOUT ROWID;
+
+CREATE TABLE job_stat_series (
+    minute       REAL    NOT NULL,
+    task         TEXT    NOT NULL,
+    queue        TEXT    NOT NULL,
+    status       TEXT    NOT NULL,
+    count        INTEGER NOT NULL DEFAULT 0,
+    duration_sum REAL    NOT NULL DEFAULT 0,
+    buckets      TEXT    NOT NULL,
+    PRIMARY KEY (minute, task, queue, status)
+) WITHOUT ROWID;
