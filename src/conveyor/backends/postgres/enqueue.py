@@ -1,0 +1,232 @@
+"""Enqueue: one call of the schema's ``enqueue`` function per batch.
+
+:func:`arguments` turns a batch into the function's 15 array parameters (an
+option no job of the batch uses is sent as one NULL, not a list of them);
+:func:`jobs_from_result` builds the returned :class:`Job` values from the
+server's clock and the queues' TTLs the call reported, exactly as the
+function computed them (same float arithmetic), so no row is read back.
+
+The same two halves serve the pool and a caller's own connection
+(transactional enqueue, see transactional.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from conveyor.backends.base import NewJob
+from conveyor.backends.postgres.decode import STATES
+from conveyor.backends.rows import decode_fields
+from conveyor.errors import QueueFull
+from conveyor.job import Job, JobState
+from conveyor.serialization import loads
+
+#: The SQLSTATE the enqueue function raises for a full queue (detail: queue, hint: max_size).
+QUEUE_FULL = "CVQFL"
+
+
+@dataclass(slots=True)
+class Batch:
+    """A batch split into the jobs to send and the in-batch duplicates."""
+
+    jobs: list[NewJob]
+    sent: list[NewJob]
+    same_key_as: dict[int, int]
+    """Index in ``jobs`` -> index of the first job with that key."""
+
+    def arguments(self) -> list[Any]:
+        sent = self.sent
+
+        def column(values: list[Any]) -> list[Any] | None:
+            return values if any(v is not None for v in values) else None
+
+        keyed = any(j.idempotency_key is not None for j in sent)
+        return [
+            [j.id for j in sent],
+            [j.task for j in sent],
+            [j.queue for j in sent],
+            [j.payload for j in sent],
+            [j.priority for j in sent],
+            [j.max_attempts for j in sent],
+            column([j.timeout for j in sent]),
+            [j.delay for j in sent],
+            column([j.run_at for j in sent]),
+            column([j.ttl for j in sent]),
+            [j.idempotency_key for j in sent] if keyed else None,
+            [j.idempotency_ttl for j in sent] if keyed else None,
+            column([j.tenant for j in sent]),
+            column([j.metadata for j in sent]),
+            column([j.retry_of for j in sent]),
+        ]
+
+
+def plain_arguments(jobs: Sequence[NewJob]) -> list[Any] | None:
+    """The ``enqueue_plain`` parameters when every job shares task, queue,
+    priority, max_attempts and delay and uses no other option; else ``None``."""
+    first = jobs[0]
+    task, queue, priority, max_attempts, delay = (
+        first.task, first.queue, first.priority, first.max_attempts, first.delay,
+    )  # fmt: skip
+    for j in jobs:
+        if (
+            j.task != task
+            or j.queue != queue
+            or j.priority != priority
+            or j.max_attempts != max_attempts
+            or j.delay != delay
+            or j.run_at is not None
+            or j.ttl is not None
+            or j.idempotency_key is not None
+            or j.timeout is not None
+            or j.tenant is not None
+            or j.metadata is not None
+            or j.retry_of is not None
+        ):
+            return None
+    return [
+        [j.id for j in jobs],
+        [j.payload for j in jobs],
+        task,
+        queue,
+        priority,
+        max_attempts,
+        float(delay),
+    ]
+
+
+def build_plain_jobs(jobs: Sequence[NewJob], now: float, ttl: float | None) -> list[Job]:
+    """The Jobs ``enqueue_plain`` stored: one clock, one queue TTL for all."""
+    first = jobs[0]
+    run_at = now + first.delay
+    state = JobState.DELAYED if run_at > now else JobState.WAITING
+    expires_at = None if ttl is None else run_at + ttl
+    task, queue, priority, max_attempts = (
+        first.task,
+        first.queue,
+        first.priority,
+        first.max_attempts,
+    )
+    created: list[Job] = []
+    for nj in jobs:
+        try:
+            payload = loads(nj.payload)
+            problem = None
+        except ValueError:
+            fields = decode_fields(nj.payload)
+            payload, problem = fields.payload, fields.problem
+        # Positional, in decode.JOB_FIELDS order (checked at import).
+        job = Job(
+            nj.id, task, queue, payload, state, priority, 0, max_attempts, None, run_at,
+            now, None, None, expires_at, ttl, None, None, None, 0, None, None, None, [],
+            None, None, None, {}, None, None, False, False, problem,
+        )  # fmt: skip
+        created.append(job)
+    return created
+
+
+def split(jobs: Sequence[NewJob]) -> Batch:
+    """A second job with a key already in the batch is the first one's duplicate."""
+    first: dict[str, int] = {}
+    same: dict[int, int] = {}
+    sent: list[NewJob] = []
+    for index, job in enumerate(jobs):
+        key = job.idempotency_key
+        if key is not None:
+            if key in first:
+                same[index] = first[key]
+                continue
+            first[key] = index
+        sent.append(job)
+    return Batch(list(jobs), sent, same)
+
+
+@dataclass(slots=True)
+class Reply:
+    """What the enqueue function reported."""
+
+    now: float
+    ttls: dict[str, float]
+    duplicates: dict[int, tuple[str, str, str, str | None]]
+    """0-based index in ``Batch.sent`` -> (job id, task, queue, final state) of the key."""
+
+
+def read_reply(rows: Sequence[Sequence[Any]]) -> Reply:
+    now = 0.0
+    ttls: dict[str, float] = {}
+    duplicates: dict[int, tuple[str, str, str, str | None]] = {}
+    for kind, ordinal, job_id, task, queue, state, value in rows:
+        if kind == "now":
+            now = value
+        elif kind == "ttl":
+            ttls[queue] = value
+        elif kind == "dup":
+            duplicates[ordinal - 1] = (job_id, task, queue, state)
+    return Reply(now, ttls, duplicates)
+
+
+def queue_full(sqlstate: str | None, detail: str | None, hint: str | None) -> QueueFull | None:
+    """The typed error for the enqueue function's full-queue exception, else None."""
+    if sqlstate != QUEUE_FULL:
+        return None
+    try:
+        max_size = int(hint or 0)
+    except ValueError:
+        max_size = 0
+    return QueueFull(detail or "", max_size)
+
+
+def build_jobs(batch: Batch, reply: Reply, existing: dict[str, Job]) -> list[Job]:
+    """One Job per input job, in order; ``existing`` maps the duplicates' job ids
+    to their stored jobs (missing: rebuilt from the key's remembered state)."""
+    now = reply.now
+    ttls = reply.ttls
+    by_sent: list[Job] = []
+    for index, nj in enumerate(batch.sent):
+        dup = reply.duplicates.get(index)
+        if dup is not None:
+            job_id, task, queue, final_state = dup
+            found = existing.get(job_id)
+            if found is None:
+                state = STATES.get(final_state or "", JobState.COMPLETED)
+                found = Job(
+                    id=job_id, task=task, queue=queue, state=state,
+                    idempotency_key=nj.idempotency_key,
+                )  # fmt: skip
+            by_sent.append(replace(found, duplicate=True))
+            continue
+        by_sent.append(_new_job(nj, now, ttls.get(nj.queue)))
+    results: list[Job] = []
+    sent_iter = iter(by_sent)
+    for index in range(len(batch.jobs)):
+        original = batch.same_key_as.get(index)
+        if original is None:
+            results.append(next(sent_iter))
+        else:
+            results.append(replace(results[original], duplicate=True))
+    return results
+
+
+def _new_job(nj: NewJob, now: float, queue_ttl: float | None) -> Job:
+    run_at = nj.run_at if nj.run_at is not None else now + nj.delay
+    state = JobState.DELAYED if run_at > now else JobState.WAITING
+    ttl = nj.ttl
+    if queue_ttl is not None and (ttl is None or queue_ttl < ttl):
+        ttl = queue_ttl
+    problem: str | None = None
+    metadata: dict[str, Any] = {}
+    try:
+        if nj.metadata is not None:
+            raise ValueError("metadata to decode")
+        payload = loads(nj.payload)
+    except ValueError:
+        fields = decode_fields(nj.payload, nj.metadata)
+        payload, metadata, problem = fields.payload, fields.metadata, fields.problem
+    # Positional, in decode.JOB_FIELDS order (checked at import).
+    return Job(
+        nj.id, nj.task, nj.queue, payload, state, nj.priority, 0, nj.max_attempts,
+        nj.timeout, run_at, now, None, None, None if ttl is None else run_at + ttl, ttl,
+        None, None, None, 0, None, None, None, [], None, nj.idempotency_key, nj.tenant,
+        metadata, None, nj.retry_of, False, False, problem,
+    )  # fmt: skip

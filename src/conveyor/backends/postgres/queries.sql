@@ -1,0 +1,493 @@
+-- Every statement the PostgreSQL backend runs, one named block each.
+--
+-- queries.py parses this file once; "__schema__" becomes the quoted schema
+-- name and "__channel__" the notification channel (both validated, never user
+-- values). Values are always bound parameters ($n); a variable-length list is
+-- one array parameter. asyncpg prepares each statement once per connection
+-- (its statement cache), so a hot statement is parsed and planned once.
+-- Blocks returning jobs select j.* (the jobs table's columns are in JOB_COLUMNS order).
+
+
+-- ------------------------------------------------------------- hot path --
+
+-- name: enqueue
+SELECT * FROM __schema__.enqueue($1::text[], $2::text[], $3::text[], $4::bytea[], $5::integer[],
+    $6::integer[], $7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::text[],
+    $12::float8[], $13::text[], $14::bytea[], $15::text[]);
+
+-- name: enqueue_plain
+SELECT * FROM __schema__.enqueue_plain($1::text[], $2::bytea[], $3::text, $4::text,
+    $5::integer, $6::integer, $7::float8);
+
+-- name: claim
+SELECT * FROM __schema__.claim($1::text[], $2::integer, $3::float8, $4::text, $5::text,
+    $6::text[], $7::integer[], $8::text[], $9::integer[], $10::float8[], $11::boolean);
+
+-- name: settle
+SELECT * FROM __schema__.settle($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[],
+    $6::jsonb[], $7::float8[], $8::bytea[], $9::text[], $10::integer[], $11::float8[]);
+
+-- name: warm_claim
+-- Run once per new connection (with warm_settle), in a transaction rolled
+-- back: compiles the functions and plans their statements. Claims nothing.
+SELECT count(*) FROM __schema__.claim('{" warm-up"}', 1, 0, '', '', NULL, NULL, NULL, NULL, NULL, true);
+
+-- name: warm_settle
+SELECT count(*) FROM __schema__.settle('{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', NULL, NULL, NULL);
+
+-- name: complete
+-- The common batch, one statement: every settlement a COMPLETE. $5 lists the
+-- tasks whose runs count in their circuit: a success closes a circuit that is
+-- not closed and forgets a closed one's failures (with successes only, batch
+-- order does not matter). Returns the refused ids ('refused', id) and the
+-- circuits that closed ('closed', task).
+WITH s AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[])
+        AS s(id, token, result, progress)
+), done AS (
+    UPDATE __schema__.jobs AS j
+    SET state = 'completed',
+        result = coalesce(s.result, j.result),
+        failure_reason = NULL,
+        finished_at = extract(epoch FROM clock_timestamp())::float8,
+        progress = coalesce(s.progress, j.progress),
+        lease_until = NULL,
+        lease_token = NULL
+    FROM s
+    WHERE j.id = s.id AND j.lease_token = s.token AND j.state = 'active'
+    RETURNING j.id, j.task
+), dirty AS (
+    SELECT c.task, c.state FROM __schema__.circuits AS c
+    WHERE c.task = ANY ($5::text[]) AND (c.state <> 'closed' OR c.failures > 0)
+      AND c.task IN (SELECT done.task FROM done)
+    ORDER BY c.task
+    FOR UPDATE
+), closed AS (
+    UPDATE __schema__.circuits AS c
+    SET state = 'closed', failures = 0, open_until = NULL
+    FROM dirty WHERE c.task = dirty.task
+    RETURNING c.task, dirty.state AS was
+)
+SELECT 'refused', s.id FROM s WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.id = s.id)
+UNION ALL
+SELECT 'closed', closed.task FROM closed WHERE closed.was <> 'closed';
+
+-- name: renew
+-- Extend the leases held under their tokens; returns the renewed ids and
+-- their cancel flags.
+UPDATE __schema__.jobs AS j
+SET lease_until = extract(epoch FROM clock_timestamp())::float8 + $3::float8
+FROM unnest($1::text[], $2::text[]) AS s(id, token)
+WHERE j.id = s.id AND j.lease_token = s.token AND j.state = 'active'
+RETURNING j.id, j.cancel_requested;
+
+-- name: save_progress
+-- Store progress of the jobs held under their tokens; returns the stored ids.
+UPDATE __schema__.jobs AS j
+SET progress = s.progress
+FROM unnest($1::text[], $2::text[], $3::bytea[]) AS s(id, token, progress)
+WHERE j.id = s.id AND j.lease_token = s.token AND j.state = 'active'
+RETURNING j.id;
+
+-- name: next_due
+-- When the next delayed job of $1 (queues) becomes due.
+SELECT min(j.run_at)
+FROM __schema__.jobs AS j
+WHERE j.state = 'delayed' AND j.queue = ANY ($1::text[]);
+
+
+-- ---------------------------------------------------------------- reads --
+
+-- name: now
+SELECT extract(epoch FROM clock_timestamp())::float8;
+
+-- name: jobs_by_ids
+SELECT j.* FROM __schema__.jobs AS j WHERE j.id = ANY ($1::text[]);
+
+-- name: list_jobs
+-- Jobs matching a JobFilter (a NULL parameter matches everything), newest first.
+SELECT j.*
+FROM __schema__.jobs AS j
+WHERE ($1::text[] IS NULL OR j.state = ANY ($1::text[]))
+  AND ($2::text IS NULL OR j.queue = $2::text)
+  AND ($3::text IS NULL OR j.task = $3::text)
+  AND ($4::text IS NULL OR j.tenant = $4::text)
+  AND ($5::text IS NULL OR j.failure_reason = $5::text)
+  AND ($6::text IS NULL OR j.idempotency_key = $6::text)
+  AND ($7::float8 IS NULL OR j.finished_at < $7::float8)
+ORDER BY j.id DESC
+LIMIT $8::integer OFFSET $9::integer;
+
+-- name: count_jobs
+SELECT count(*)
+FROM __schema__.jobs AS j
+WHERE ($1::text[] IS NULL OR j.state = ANY ($1::text[]))
+  AND ($2::text IS NULL OR j.queue = $2::text)
+  AND ($3::text IS NULL OR j.task = $3::text)
+  AND ($4::text IS NULL OR j.tenant = $4::text)
+  AND ($5::text IS NULL OR j.failure_reason = $5::text)
+  AND ($6::text IS NULL OR j.idempotency_key = $6::text)
+  AND ($7::float8 IS NULL OR j.finished_at < $7::float8);
+
+-- name: count_state
+-- Jobs in one state, through that state's partial index.
+SELECT CASE $1::text
+    WHEN 'waiting' THEN (SELECT count(*) FROM __schema__.jobs WHERE state = 'waiting')
+    WHEN 'delayed' THEN (SELECT count(*) FROM __schema__.jobs WHERE state = 'delayed')
+    WHEN 'active' THEN (SELECT count(*) FROM __schema__.jobs WHERE state = 'active')
+    ELSE (SELECT count(*) FROM __schema__.jobs
+          WHERE state = $1::text AND finished_at IS NOT NULL) END;
+
+-- name: counts_by_queue
+-- Jobs per queue and state, each state from its own partial index.
+SELECT queue, 'waiting', count(*) FROM __schema__.jobs WHERE state = 'waiting' GROUP BY queue
+UNION ALL
+SELECT queue, 'delayed', count(*) FROM __schema__.jobs WHERE state = 'delayed' GROUP BY queue
+UNION ALL
+SELECT queue, 'active', count(*) FROM __schema__.jobs WHERE state = 'active' GROUP BY queue
+UNION ALL
+SELECT queue, state, count(*) FROM __schema__.jobs
+WHERE finished_at IS NOT NULL AND state IN ('completed', 'failed', 'cancelled')
+GROUP BY state, queue;
+
+-- name: queue_rows
+SELECT name, paused, max_size, ttl FROM __schema__.queues ORDER BY name;
+
+-- name: oldest_waiting
+SELECT queue, min(run_at)
+FROM __schema__.jobs
+WHERE state = 'waiting' AND run_at <= extract(epoch FROM clock_timestamp())::float8
+GROUP BY queue;
+
+-- name: cancel_requested_of
+SELECT id FROM __schema__.jobs
+WHERE id = ANY ($1::text[]) AND state = 'active' AND cancel_requested;
+
+
+-- ------------------------------------------------------- acting on jobs --
+
+-- name: cancel_job
+-- Waiting/delayed: cancelled now; active: flag cancel_requested. Returns the
+-- job when it changed.
+UPDATE __schema__.jobs AS j
+SET state = CASE WHEN j.state = 'active' THEN j.state ELSE 'cancelled' END,
+    finished_at = CASE WHEN j.state = 'active' THEN j.finished_at
+                       ELSE extract(epoch FROM clock_timestamp())::float8 END,
+    cancel_requested = j.cancel_requested OR j.state = 'active'
+WHERE j.id = $1::text AND j.state IN ('waiting', 'delayed', 'active')
+RETURNING j.*;
+
+-- name: job_state_for_update
+SELECT state FROM __schema__.jobs WHERE id = $1::text FOR UPDATE;
+
+-- name: insert_retry_copy
+-- Copy failed job $1 into a new waiting job $2, fresh attempts, same TTL from now.
+INSERT INTO __schema__.jobs (id, task, queue, state, priority, max_attempts, timeout, ttl,
+                             run_at, created_at, expires_at, tenant, retry_of, payload, metadata)
+SELECT $2::text, o.task, o.queue, 'waiting', o.priority, o.max_attempts, o.timeout, o.ttl,
+       t.now, t.now, t.now + o.ttl, o.tenant, o.id, o.payload, o.metadata
+FROM __schema__.jobs AS o,
+     (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) AS t
+WHERE o.id = $1::text
+RETURNING queue;
+
+-- name: mark_retried
+UPDATE __schema__.jobs SET retried_as = $2::text WHERE id = $1::text;
+
+-- name: notify
+SELECT pg_notify('__channel__', q) FROM unnest($1::text[]) AS q;
+
+-- name: delete_jobs
+-- Delete the non-active jobs among $1; keyed ones leave their final state on the key.
+WITH d AS (
+    DELETE FROM __schema__.jobs
+    WHERE id = ANY ($1::text[]) AND state <> 'active'
+    RETURNING idempotency_key, id, state
+), k AS (
+    UPDATE __schema__.idempotency_keys AS ik SET final_state = d.state
+    FROM d WHERE ik.key = d.idempotency_key AND ik.job_id = d.id
+)
+SELECT count(*) FROM d;
+
+-- name: purge_chunk
+-- Delete up to $8 non-active jobs matching a JobFilter (NULL matches everything).
+WITH d AS (
+    DELETE FROM __schema__.jobs
+    WHERE id IN (
+        SELECT j.id FROM __schema__.jobs AS j
+        WHERE j.state <> 'active'
+          AND ($1::text[] IS NULL OR j.state = ANY ($1::text[]))
+          AND ($2::text IS NULL OR j.queue = $2::text)
+          AND ($3::text IS NULL OR j.task = $3::text)
+          AND ($4::text IS NULL OR j.tenant = $4::text)
+          AND ($5::text IS NULL OR j.failure_reason = $5::text)
+          AND ($6::text IS NULL OR j.idempotency_key = $6::text)
+          AND ($7::float8 IS NULL OR j.finished_at < $7::float8)
+        LIMIT $8::integer
+        FOR UPDATE SKIP LOCKED)
+    RETURNING idempotency_key, id, state
+), k AS (
+    UPDATE __schema__.idempotency_keys AS ik SET final_state = d.state
+    FROM d WHERE ik.key = d.idempotency_key AND ik.job_id = d.id
+)
+SELECT count(*) FROM d;
+
+
+-- ------------------------------------------------------------ maintenance --
+
+-- name: recover_stalled
+-- Active jobs whose lease ended: back to waiting with stalls + 1 and a fresh
+-- TTL, or failed/stalled when no attempt or stall is left, or cancelled when a
+-- cancel was requested (it wins). Rows another process is settling or
+-- recovering right now are skipped (SKIP LOCKED): safe on many machines.
+WITH t AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)
+UPDATE __schema__.jobs AS j
+SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
+                 WHEN j.attempts >= j.max_attempts OR j.stalls + 1 > $1::integer THEN 'failed'
+                 ELSE 'waiting' END,
+    failure_reason = CASE WHEN j.cancel_requested THEN j.failure_reason
+                          WHEN j.attempts >= j.max_attempts OR j.stalls + 1 > $1::integer
+                          THEN 'stalled' ELSE j.failure_reason END,
+    finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                            OR j.stalls + 1 > $1::integer
+                       THEN t.now ELSE j.finished_at END,
+    worker_id = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                          OR j.stalls + 1 > $1::integer
+                     THEN j.worker_id ELSE NULL END,
+    expires_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                           OR j.stalls + 1 > $1::integer
+                      THEN j.expires_at ELSE t.now + j.ttl END,
+    stalls = j.stalls + 1,
+    lease_until = NULL,
+    lease_token = NULL,
+    errors = (CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors ELSE '[]'::jsonb END)
+        || jsonb_build_array(jsonb_build_object(
+            'type', 'Stalled', 'message', 'lease expired: the worker stopped renewing it',
+            'traceback', '', 'attempt', j.attempts, 'reason', 'stalled', 'at', t.now))
+FROM t
+WHERE j.id IN (SELECT x.id FROM __schema__.jobs AS x, t
+               WHERE x.state = 'active' AND x.lease_until < t.now
+               FOR UPDATE OF x SKIP LOCKED)
+RETURNING j.*;
+
+-- name: prune_by_age
+-- Delete up to $5 jobs in state $1 finished before now - $2, of task $3 (NULL
+-- = any) and not of the tasks in $4.
+WITH d AS (
+    DELETE FROM __schema__.jobs
+    WHERE id IN (
+        SELECT j.id FROM __schema__.jobs AS j
+        WHERE j.state = $1::text AND j.finished_at IS NOT NULL
+          AND j.finished_at < extract(epoch FROM clock_timestamp())::float8 - $2::float8
+          AND ($3::text IS NULL OR j.task = $3::text)
+          AND j.task <> ALL ($4::text[])
+        LIMIT $5::integer
+        FOR UPDATE SKIP LOCKED)
+    RETURNING idempotency_key, id, state
+), k AS (
+    UPDATE __schema__.idempotency_keys AS ik SET final_state = d.state
+    FROM d WHERE ik.key = d.idempotency_key AND ik.job_id = d.id
+)
+SELECT count(*) FROM d;
+
+-- name: prune_by_count
+-- Delete up to $5 jobs in state $1 beyond the $2 newest by finished_at.
+WITH d AS (
+    DELETE FROM __schema__.jobs
+    WHERE id IN (
+        SELECT j.id FROM __schema__.jobs AS j
+        WHERE j.state = $1::text AND j.finished_at IS NOT NULL
+          AND ($3::text IS NULL OR j.task = $3::text)
+          AND j.task <> ALL ($4::text[])
+        ORDER BY j.finished_at DESC, j.id DESC
+        OFFSET $2::integer
+        LIMIT $5::integer
+        FOR UPDATE SKIP LOCKED)
+    RETURNING idempotency_key, id, state
+), k AS (
+    UPDATE __schema__.idempotency_keys AS ik SET final_state = d.state
+    FROM d WHERE ik.key = d.idempotency_key AND ik.job_id = d.id
+)
+SELECT count(*) FROM d;
+
+-- name: prune_keys
+DELETE FROM __schema__.idempotency_keys
+WHERE expires_at <= extract(epoch FROM clock_timestamp())::float8;
+
+-- name: prune_rate_starts
+DELETE FROM __schema__.rate_starts
+WHERE at <= extract(epoch FROM clock_timestamp())::float8 - period;
+
+
+-- ---------------------------------------------------------------- queues --
+
+-- name: configure_queue
+INSERT INTO __schema__.queues (name, max_size, ttl)
+VALUES ($1::text, $2::integer, $3::float8)
+ON CONFLICT (name) DO UPDATE SET max_size = excluded.max_size, ttl = excluded.ttl;
+
+-- name: set_queue_paused
+INSERT INTO __schema__.queues (name, paused)
+VALUES ($1::text, $2::boolean)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused;
+
+-- name: queue_names_with_jobs
+SELECT queue FROM __schema__.jobs WHERE state = 'waiting'
+UNION SELECT queue FROM __schema__.jobs WHERE state = 'delayed'
+UNION SELECT queue FROM __schema__.jobs WHERE state = 'active'
+UNION SELECT queue FROM __schema__.jobs WHERE finished_at IS NOT NULL
+    AND state IN ('completed', 'failed', 'cancelled');
+
+
+-- -------------------------------------------------------------- circuits --
+
+-- name: list_circuits
+SELECT task, state, failures, open_until FROM __schema__.circuits ORDER BY task;
+
+-- name: reset_circuit
+UPDATE __schema__.circuits SET state = 'closed', failures = 0, open_until = NULL
+WHERE task = $1::text;
+
+
+-- ------------------------------------------------------------ heartbeats --
+
+-- name: record_heartbeat
+INSERT INTO __schema__.workers (id, info, last_seen, heartbeat_interval)
+VALUES ($1::text, $2::bytea, extract(epoch FROM clock_timestamp())::float8, $3::float8)
+ON CONFLICT (id) DO UPDATE SET
+    info = excluded.info,
+    last_seen = excluded.last_seen,
+    heartbeat_interval = excluded.heartbeat_interval;
+
+-- name: list_workers
+SELECT id, info, last_seen, heartbeat_interval FROM __schema__.workers ORDER BY id;
+
+-- name: remove_worker
+DELETE FROM __schema__.workers WHERE id = $1::text;
+
+-- name: prune_workers
+WITH d AS (
+    DELETE FROM __schema__.workers
+    WHERE last_seen < extract(epoch FROM clock_timestamp())::float8 - $1::float8
+    RETURNING 1
+)
+SELECT count(*) FROM d;
+
+
+-- ------------------------------------------------------------- schedules --
+
+-- name: schedules_for_update
+SELECT name, fingerprint FROM __schema__.schedules
+WHERE name = ANY ($1::text[]) ORDER BY name FOR UPDATE;
+
+-- name: insert_schedule
+-- A new schedule ($1..$12 its spec, $13 first fire); a name another scheduler
+-- inserted meanwhile is left alone.
+INSERT INTO __schema__.schedules (name, task, payload, spec_cron, spec_every, timezone, start_at,
+                                  end_at, fire_limit, misfire, options, fingerprint, cron, every,
+                                  next_fire_at, updated_at)
+VALUES ($1::text, $2::text, $3::bytea, $4::text, $5::float8, $6::text, $7::float8, $8::float8,
+        $9::integer, $10::text, $11::bytea, $12::text, $4::text, $5::float8, $13::float8,
+        extract(epoch FROM clock_timestamp())::float8)
+ON CONFLICT (name) DO NOTHING;
+
+-- name: replace_schedule
+-- A changed definition: new spec, override dropped, next fire reset; paused
+-- and fires kept.
+UPDATE __schema__.schedules
+SET task = $2::text, payload = $3::bytea, spec_cron = $4::text, spec_every = $5::float8,
+    timezone = $6::text, start_at = $7::float8, end_at = $8::float8, fire_limit = $9::integer,
+    misfire = $10::text, options = $11::bytea, fingerprint = $12::text, cron = $4::text,
+    every = $5::float8, next_fire_at = $13::float8,
+    updated_at = extract(epoch FROM clock_timestamp())::float8
+WHERE name = $1::text;
+
+-- name: schedules_by_name
+SELECT name, task, payload, spec_cron, spec_every, timezone, start_at, end_at, fire_limit,
+       misfire, options, fingerprint, cron, every, paused, next_fire_at, fires, last_fire_at,
+       updated_at
+FROM __schema__.schedules
+WHERE $1::text[] IS NULL OR name = ANY ($1::text[])
+ORDER BY name;
+
+-- name: update_schedule
+-- Operator changes: $2 paused (NULL keeps it); $3 set the interval fields when
+-- true, to cron $4 / every $5; $6 replace next_fire_at with $7 when true.
+UPDATE __schema__.schedules
+SET paused = coalesce($2::boolean, paused),
+    cron = CASE WHEN $3::boolean THEN $4::text ELSE cron END,
+    every = CASE WHEN $3::boolean THEN $5::float8 ELSE every END,
+    next_fire_at = CASE WHEN $6::boolean THEN $7::float8 ELSE next_fire_at END,
+    updated_at = extract(epoch FROM clock_timestamp())::float8
+WHERE name = $1::text
+RETURNING name;
+
+-- name: advance_schedule
+-- Compare-and-set: only when the stored next fire is still $2. $4: a fire
+-- happened (count it); false: missed slots skipped, only the next fire moves.
+UPDATE __schema__.schedules
+SET next_fire_at = $3::float8,
+    fires = fires + CASE WHEN $4::boolean THEN 1 ELSE 0 END,
+    last_fire_at = CASE WHEN $4::boolean THEN $2::float8 ELSE last_fire_at END,
+    updated_at = extract(epoch FROM clock_timestamp())::float8
+WHERE name = $1::text AND next_fire_at = $2::float8
+RETURNING name;
+
+-- name: delete_schedules
+WITH d AS (DELETE FROM __schema__.schedules WHERE name = ANY ($1::text[]) RETURNING 1)
+SELECT count(*) FROM d;
+
+
+-- ------------------------------------------------------------- job stats --
+
+-- name: add_stat_totals
+-- Add increments (one array element per (task, queue, status); $6 every row's
+-- buckets one after another, $7 buckets per row) into the cumulative totals.
+INSERT INTO __schema__.job_stat_totals AS t (task, queue, status, count, duration_sum, buckets)
+SELECT s.task, s.queue, s.status, s.count, s.duration_sum, ($6::bigint[])[(s.ord - 1) * $7::integer + 1 : s.ord * $7::integer]
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::float8[])
+     WITH ORDINALITY AS s(task, queue, status, count, duration_sum, ord)
+ORDER BY s.task, s.queue, s.status
+ON CONFLICT (task, queue, status) DO UPDATE SET
+    count = t.count + excluded.count,
+    duration_sum = t.duration_sum + excluded.duration_sum,
+    buckets = (SELECT array_agg(coalesce(a, 0) + coalesce(b, 0) ORDER BY i)
+               FROM unnest(t.buckets, excluded.buckets) WITH ORDINALITY AS x(a, b, i));
+
+-- name: add_stat_series
+-- The same increments into the current minute's series rows.
+INSERT INTO __schema__.job_stat_series AS t (minute, task, queue, status, count, duration_sum,
+                                             buckets)
+SELECT floor(extract(epoch FROM clock_timestamp())::float8 / 60) * 60,
+       s.task, s.queue, s.status, s.count, s.duration_sum, ($6::bigint[])[(s.ord - 1) * $7::integer + 1 : s.ord * $7::integer]
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::float8[])
+     WITH ORDINALITY AS s(task, queue, status, count, duration_sum, ord)
+ORDER BY s.task, s.queue, s.status
+ON CONFLICT (minute, task, queue, status) DO UPDATE SET
+    count = t.count + excluded.count,
+    duration_sum = t.duration_sum + excluded.duration_sum,
+    buckets = (SELECT array_agg(coalesce(a, 0) + coalesce(b, 0) ORDER BY i)
+               FROM unnest(t.buckets, excluded.buckets) WITH ORDINALITY AS x(a, b, i));
+
+-- name: stat_totals
+SELECT task, queue, status, count, duration_sum, buckets, 0::float8
+FROM __schema__.job_stat_totals ORDER BY task, queue, status;
+
+-- name: stat_series
+SELECT task, queue, status, count, duration_sum, buckets, minute
+FROM __schema__.job_stat_series WHERE minute >= $1::float8
+ORDER BY minute, task, queue, status;
+
+-- name: prune_stat_series
+WITH d AS (
+    DELETE FROM __schema__.job_stat_series
+    WHERE minute < extract(epoch FROM clock_timestamp())::float8 - $1::float8
+    RETURNING 1
+)
+SELECT count(*) FROM d;
+
+
+-- ------------------------------------------------------------------ misc --
+
+-- name: ping
+SELECT 1;
