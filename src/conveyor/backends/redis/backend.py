@@ -1,0 +1,828 @@
+"""The Redis backend: every state change is one Lua script on the server.
+
+- One redis-py asyncio client (hiredis parser) per backend; a cluster client
+  when the URL says ``cluster=true``. Every key of an app shares one hash tag
+  (keys.py), so each script runs on one node, atomically.
+- Times come from the server: scripts read ``TIME`` (G11).
+- Network trouble becomes :class:`BackendUnavailable` within the socket
+  timeouts, never a hang; the connection pool reconnects by itself, and a
+  script the server forgot (restart, failover) is loaded again (scripts.py).
+- ``wait_for_work`` listens on the app's pub/sub channel (wakeup.py).
+
+Layout, persistence and safety: docs/explanation/redis.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from conveyor import serialization
+from conveyor.backends import base
+from conveyor.backends.base import DURATION_BUCKETS
+from conveyor.backends.redis import decode, records, safety
+from conveyor.backends.redis.connection import FastPackConnection, FastPackSSLConnection
+from conveyor.backends.redis.keys import Keys
+from conveyor.backends.redis.scripts import ScriptRunner
+from conveyor.backends.redis.url import RedisOptions, parse_url
+from conveyor.backends.redis.wakeup import WakeListener
+from conveyor.errors import (
+    BackendError,
+    BackendUnavailable,
+    InvalidStateError,
+    JobNotFound,
+    NotReplicated,
+    QueueFull,
+)
+from conveyor.ids import new_token
+from conveyor.job import Job, JobState
+from conveyor.settings import Settings
+
+logger = logging.getLogger("conveyor.backends.redis")
+
+#: Added to a delayed job's due time so the claim after the wait sees it as due.
+DUE_SLACK = 0.002
+#: At most this many jobs deleted per retention rule in one call (keeps each
+#: script short; the cleaner runs again soon).
+PRUNE_CAP = 20_000
+
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
+
+
+def _retrieve(call: asyncio.Future[Any]) -> None:
+    """Consume the outcome of a call whose caller went away (no "never retrieved")."""
+    if not call.cancelled():
+        call.exception()
+
+
+def _opt(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def _float_text(value: float | None) -> str:
+    return "" if value is None else repr(float(value))
+
+
+class RedisBackend(base.Backend):
+    """Jobs in Redis (standalone or cluster), shared by every process."""
+
+    def __init__(self, url: str, settings: Settings | None = None) -> None:
+        self.url = url
+        self.settings = settings
+        self.options: RedisOptions = parse_url(url)
+        self.keys = Keys.for_prefix(self.options.prefix)
+        self._client: Any = None
+        self._runner: ScriptRunner | None = None
+        self._wake: WakeListener | None = None
+        self._open_lock: asyncio.Lock | None = None
+
+    def __repr__(self) -> str:
+        return f"RedisBackend(prefix={self.options.prefix!r}, cluster={self.options.cluster})"
+
+    # -- connections -----------------------------------------------------------
+    def _client_kwargs(self) -> dict[str, Any]:
+        return {
+            # No socket timeout in redis-py: with one, redis-py 8 on Python 3.11 can
+            # swallow a task's cancellation. Each call is bounded by _errors instead.
+            "socket_timeout": None,
+            "socket_connect_timeout": self.options.connect_timeout,
+            "socket_keepalive": True,
+            # One quick retry on a fresh connection: after a server restart every
+            # pooled connection is dead, and the first use of each would fail.
+            "retry": Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
+            "decode_responses": False,
+        }
+
+    def _make_client(self) -> Any:
+        kwargs = self._client_kwargs()
+        secure = self.options.client_url.startswith("rediss:")
+        kwargs["connection_class"] = FastPackSSLConnection if secure else FastPackConnection
+        if self.options.cluster:
+            kwargs.pop("retry")
+            return RedisCluster.from_url(self.options.client_url, **kwargs)
+        return aioredis.Redis.from_url(self.options.client_url, **kwargs)
+
+    def _make_listener_client(self) -> Any:
+        kwargs = self._client_kwargs()
+        if self.options.cluster:
+            # PUBLISH reaches every node of a cluster: subscribe on the node
+            # that holds the app's slot.
+            # Same credentials and TLS settings: only the address changes.
+            node = self._client.get_node_from_key(self.keys.wake)
+            parts = urlsplit(self.options.client_url)
+            userinfo = parts.netloc.rpartition("@")[0]
+            netloc = (
+                f"{userinfo}@{node.host}:{node.port}" if userinfo else f"{node.host}:{node.port}"
+            )
+            url = urlunsplit((parts.scheme, netloc, "/0", parts.query, ""))
+            return aioredis.Redis.from_url(url, **kwargs)
+        return aioredis.Redis.from_url(self.options.client_url, **kwargs)
+
+    @contextlib.asynccontextmanager
+    async def _errors(self, what: str) -> AsyncIterator[None]:
+        """Redis and network errors as conveyor's typed errors; at most
+        ``socket_timeout`` seconds, then :class:`BackendUnavailable`."""
+        try:
+            async with asyncio.timeout(self.options.socket_timeout):
+                yield
+        except _UNAVAILABLE as exc:
+            await self._drop_idle_connections()
+            detail = str(exc) or f"no answer within {self.options.socket_timeout:g}s"
+            raise BackendUnavailable(f"redis: {what} failed: {detail}") from exc
+        except ResponseError as exc:
+            text = str(exc)
+            if "LOADING" in text or "CLUSTERDOWN" in text or "TRYAGAIN" in text:
+                raise BackendUnavailable(f"redis: {what} failed: {exc}") from exc
+            raise BackendError(f"redis: {what} failed: {exc}") from exc
+        except DataError as exc:  # a value redis cannot send: a caller's bug, not an outage
+            raise BackendError(f"redis: {what} failed: {exc}") from exc
+        except RedisError as exc:
+            raise BackendUnavailable(f"redis: {what} failed: {exc}") from exc
+
+    async def _drop_idle_connections(self) -> None:
+        pool = getattr(self._client, "connection_pool", None)
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.disconnect(inuse_connections=False)
+
+    def _ready(self) -> tuple[Any, ScriptRunner]:
+        if self._client is None or self._runner is None:
+            raise BackendUnavailable(f"{self!r}: the backend is not open")
+        return self._client, self._runner
+
+    async def _run(self, name: str, keys: list[str], argv: list[Any]) -> Any:
+        _, runner = self._ready()
+        async with self._errors(name):
+            return await runner.run(name, keys, argv)
+
+    # -- lifecycle ---------------------------------------------------------------
+    async def open(self) -> None:
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._client is not None:
+                return
+            client = self._make_client()
+            try:
+                async with self._errors("open"):
+                    await client.ping()
+                    policy = await safety.read_maxmemory_policy(client)
+                    safety.check_maxmemory_policy(
+                        policy, self.options.maxmemory_check, self._where()
+                    )
+                    runner = ScriptRunner(client, self.keys.base)
+                    await runner.load_all()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await client.aclose()
+                raise
+            self._client = client
+            self._runner = runner
+            self._wake = WakeListener(self._make_listener_client, self.keys.wake)
+
+    def _where(self) -> str:
+        netloc = self.options.client_url.split("://", 1)[-1].rsplit("@", 1)[-1]
+        return f"redis {netloc.split('?', 1)[0]} (prefix {self.options.prefix!r})"
+
+    async def close(self) -> None:
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            await wake.close()
+        client, self._client = self._client, None
+        self._runner = None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    async def now(self) -> float:
+        client, _ = self._ready()
+        async with self._errors("now"):
+            seconds, micros = await client.time()
+        return int(seconds) + int(micros) / 1_000_000
+
+    async def ping(self) -> float:
+        client, _ = self._ready()
+        started = time.perf_counter()
+        async with self._errors("ping"):
+            await client.ping()
+        return time.perf_counter() - started
+
+    # -- enqueue -------------------------------------------------------------------
+    async def enqueue_jobs(self, jobs: Sequence[base.NewJob]) -> list[Job]:
+        if not jobs:
+            self._ready()
+            return []
+        argv: list[Any] = [len(jobs)]
+        extend = argv.extend
+        for new in jobs:
+            extend(
+                (
+                    new.id,
+                    new.task,
+                    new.queue,
+                    new.payload,
+                    new.priority,
+                    new.max_attempts,
+                    _opt(new.timeout),
+                    new.delay,
+                    _float_text(new.run_at),
+                    _float_text(new.ttl),
+                    _opt(new.idempotency_key),
+                    new.idempotency_ttl,
+                    _opt(new.tenant),
+                    _opt(new.metadata),
+                    _opt(new.retry_of),
+                )
+            )
+        k = self.keys
+        keys = [k.all, k.delayed, k.expiring, k.queues, k.wake]
+        call = asyncio.ensure_future(self._enqueue_call(keys, argv))
+        try:
+            # Build the Job objects while the server runs the script: only the
+            # server's clock is missing from most of them.
+            await asyncio.sleep(0)
+            built = [self._new_job(new) for new in jobs]
+            reply = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            call.add_done_callback(_retrieve)
+            raise
+        tag = reply[0]
+        if tag == b"full":
+            raise QueueFull(reply[1].decode(), int(reply[2]))
+        if tag == b"exists":
+            raise BackendError(f"a job with id {reply[1].decode()!r} already exists")
+        now = float(reply[1])
+        out = []
+        for job, item in zip(built, reply[2:], strict=True):
+            if item == b"n":  # waiting, due now, no TTL
+                job.run_at = job.created_at = now
+            elif item[0] == b"n":
+                _, state, run_at, ttl, expires_at = item
+                job.state = JobState.WAITING if state == b"waiting" else JobState.DELAYED
+                job.run_at = float(run_at)
+                job.created_at = now
+                job.ttl = float(ttl) if ttl else None
+                job.expires_at = float(expires_at) if expires_at else None
+            else:
+                job = self._duplicate(item)
+            out.append(job)
+        return out
+
+    async def _enqueue_call(self, keys: list[str], argv: list[Any]) -> Any:
+        replicas = self.options.wait_replicas
+        if not replicas:
+            return await self._run("enqueue", keys, argv)
+        client, runner = self._ready()
+        sha, rest = runner.args("enqueue", keys, argv)
+        timeout_ms = max(1, math.ceil(self.options.wait_timeout * 1000))
+        async with self._errors("enqueue"):
+            # One pipeline = one connection: WAIT counts the writes made on it.
+            for attempt in (1, 2):
+                pipe = client.pipeline(transaction=False)
+                pipe.evalsha(sha, *rest)
+                pipe.execute_command("WAIT", replicas, timeout_ms)
+                reply, acked = await pipe.execute(raise_on_error=False)
+                if isinstance(reply, ResponseError) and "NOSCRIPT" in str(reply) and attempt == 1:
+                    await runner.load_all()
+                    continue
+                break
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(acked, Exception):
+                raise acked
+        if reply[0] == b"ok" and int(acked) < replicas:
+            raise NotReplicated(
+                f"redis: the enqueue reached {int(acked)} of {replicas} replica(s) within "
+                f"{self.options.wait_timeout:g}s; the jobs are on the primary but could be "
+                "lost if it fails now",
+                acknowledged=int(acked),
+                required=replicas,
+            )
+        return reply
+
+    @staticmethod
+    def _duplicate(item: Any) -> Job:
+        """The job a live idempotency key points at (``d``), or what the key
+        remembers of a job retention deleted (``g``)."""
+        if item[0] == b"d":
+            return decode.job_from_hash(item[1], duplicate=True)
+        state = item[4].decode() or JobState.COMPLETED.value
+        return Job(
+            id=item[1].decode(),
+            task=item[2].decode(),
+            queue=item[3].decode(),
+            state=JobState(state),
+            idempotency_key=item[5].decode(),
+            duplicate=True,
+        )
+
+    @staticmethod
+    def _new_job(new: base.NewJob) -> Job:
+        """A waiting Job for ``new``; the caller fills in the server's times."""
+        try:
+            payload = serialization.loads(new.payload)
+            problem = None
+        except ValueError as exc:
+            payload, problem = None, f"stored payload is not valid JSON: {exc}"
+        metadata: dict[str, Any] = {}
+        if new.metadata is not None:
+            try:
+                loaded = serialization.loads(new.metadata)
+                metadata = loaded if isinstance(loaded, dict) else {}
+            except ValueError as exc:
+                problem = problem or f"stored metadata is not valid JSON: {exc}"
+        return Job(
+            id=new.id,
+            task=new.task,
+            queue=new.queue,
+            payload=payload,
+            state=JobState.WAITING,
+            priority=new.priority,
+            max_attempts=new.max_attempts,
+            timeout=new.timeout,
+            idempotency_key=new.idempotency_key,
+            tenant=new.tenant,
+            metadata=metadata,
+            retry_of=new.retry_of,
+            decode_error=problem,
+        )
+
+    # -- claim, leases, settlements ---------------------------------------------
+    async def claim_jobs(self, request: base.ClaimRequest) -> base.ClaimResult:
+        queues = list(dict.fromkeys(request.queues))
+        argv: list[Any] = [
+            request.worker_id,
+            request.limit,
+            request.lease,
+            new_token(),
+            1 if request.circuit_tasks else 0,
+            len(queues),
+            *queues,
+            len(request.task_limits),
+        ]
+        for task, cap in request.task_limits.items():
+            argv += (task, cap)
+        argv.append(len(request.rate_limits))
+        for task, rate in request.rate_limits.items():
+            argv += (task, rate.limit, rate.period)
+        k = self.keys
+        keys = [k.delayed, k.expiring, k.active, k.done("failed")]
+        call = asyncio.ensure_future(self._run("claim", keys, argv))
+        try:
+            claimed, expired = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # The caller is gone: whatever the script claimed goes straight back.
+            call.add_done_callback(self._release_orphans)
+            raise
+        return base.ClaimResult(decode.jobs_from_hashes(claimed), decode.jobs_from_hashes(expired))
+
+    def _release_orphans(self, call: asyncio.Future[Any]) -> None:
+        if call.cancelled() or call.exception() is not None:
+            return
+        claimed, _ = call.result()
+        jobs = decode.jobs_from_hashes(claimed)
+        if not jobs or self._client is None:
+            return
+        releases = [
+            base.Settlement(j.id, j.lease_token or "", base.Outcome.RELEASE, task=j.task)
+            for j in jobs
+        ]
+        task = asyncio.ensure_future(self.settle_jobs(releases))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def renew_leases(
+        self, worker_id: str, leases: Sequence[tuple[str, str]], lease: float
+    ) -> base.RenewResult:
+        if not leases:
+            self._ready()
+            return base.RenewResult()
+        argv: list[Any] = [lease]
+        for job_id, token in leases:
+            argv += (job_id, token)
+        renewed, lost, cancel = await self._run("renew", [self.keys.active], argv)
+        return base.RenewResult(
+            set(decode.text_list(renewed)),
+            set(decode.text_list(lost)),
+            set(decode.text_list(cancel)),
+        )
+
+    async def settle_jobs(self, settlements: Sequence[base.Settlement]) -> base.SettleResult:
+        if not settlements:
+            self._ready()
+            return base.SettleResult()
+        argv: list[Any] = [len(settlements)]
+        extend = argv.extend
+        for s in settlements:
+            error = serialization.dumps(s.error.to_dict()) if s.error is not None else ""
+            extend(
+                (
+                    s.job_id,
+                    s.lease_token,
+                    s.outcome.value,
+                    s.task,
+                    _opt(s.result),
+                    error,
+                    s.failure_reason.value if s.failure_reason is not None else "",
+                    s.retry_delay,
+                    s.circuit.threshold if s.circuit is not None else "",
+                    s.circuit.open_for if s.circuit is not None else 0,
+                    _opt(s.progress),
+                )
+            )
+        k = self.keys
+        keys = [k.active, k.delayed, k.circuits, k.expiring, k.wake]
+        refused, cancelled, changes = await self._run("settle", keys, argv)
+        return base.SettleResult(
+            refused=set(decode.text_list(refused)),
+            cancelled=set(decode.text_list(cancelled)),
+            circuit_changes=[
+                base.CircuitInfo(
+                    task=c[0].decode(),
+                    state=base.CircuitState(c[1].decode()),
+                    failures=int(c[2]),
+                    open_until=float(c[3]) if c[3] else None,
+                )
+                for c in changes
+            ],
+        )
+
+    async def save_progress(self, items: Sequence[tuple[str, str, bytes]]) -> set[str]:
+        if not items:
+            self._ready()
+            return set()
+        argv: list[Any] = []
+        for job_id, token, progress in items:
+            argv += (job_id, token, progress)
+        refused = await self._run("progress", [self.keys.active], argv)
+        return set(decode.text_list(refused))
+
+    async def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
+        self._ready()
+        wake = self._wake
+        if wake is None or timeout <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        listening = frozenset(queues)
+        wake.start()
+        await wake.ready(min(timeout, 0.5))
+        while True:
+            if wake.take_pending(listening):
+                return
+            timers, broadcasts = wake.timers, wake.broadcasts
+            try:
+                due = await self._next_due()
+            except BackendUnavailable:
+                due = None
+            # No await from here to wake.add(): a notification that came while
+            # we read the next due time is seen now, and none can slip past.
+            if wake.take_pending(listening) or wake.broadcasts != broadcasts:
+                return
+            if wake.timers != timers:
+                continue  # a new timer: read the next due time again
+            remaining = deadline - loop.time()
+            if due is not None:
+                remaining = min(remaining, due + DUE_SLACK)
+            if remaining <= 0:
+                return
+            future = wake.add(listening)
+            try:
+                done, _ = await asyncio.wait({future}, timeout=remaining)
+            finally:
+                wake.remove(future)
+            if not done or future.result():
+                return
+            # A timer-only wake: a delayed job may now be due sooner; look again.
+
+    async def _next_due(self) -> float | None:
+        """Seconds until the next delayed job is due (server clock), or None."""
+        due = await self._run("next-due", [self.keys.delayed], [])
+        return float(due) if due is not None else None
+
+    # -- reads ---------------------------------------------------------------------
+    async def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
+        client, _ = self._ready()
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return []
+        async with self._errors("get_jobs"):
+            pipe = client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hgetall(self.keys.job(job_id))
+                pipe.get(self.keys.payload(job_id))
+            replies = await pipe.execute()
+        out: list[Job] = []
+        for i, job_id in enumerate(ids):
+            row, payload = replies[2 * i], replies[2 * i + 1]
+            if row:
+                flat: list[Any] = [b"id", job_id.encode(), b"p", payload]
+                for field, value in row.items():
+                    flat += (field, value)
+                out.append(decode.job_from_hash(flat))
+        return out
+
+    def _filter_args(self, where: base.JobFilter) -> list[Any]:
+        states = "" if where.states is None else ",".join(s.value for s in where.states)
+        if where.states is not None and not where.states:
+            states = ","  # an empty list matches nothing
+        return [
+            states,
+            _opt(where.queue),
+            _opt(where.task),
+            _opt(where.tenant),
+            where.failure_reason.value if where.failure_reason is not None else "",
+            _opt(where.idempotency_key),
+            _float_text(where.finished_before),
+        ]
+
+    async def list_jobs(
+        self, where: base.JobFilter, limit: int = 100, offset: int = 0
+    ) -> list[Job]:
+        k = self.keys
+        argv = ["list", max(0, offset), max(0, limit), *self._filter_args(where)]
+        rows = await self._run("select", [k.all, k.queues], argv)
+        return decode.jobs_from_hashes(rows)
+
+    async def count_jobs(self, where: base.JobFilter) -> int:
+        k = self.keys
+        argv = ["count", 0, 0, *self._filter_args(where)]
+        return int(await self._run("select", [k.all, k.queues], argv))
+
+    async def cancel_job(self, job_id: str) -> Job | None:
+        k = self.keys
+        row = await self._run("cancel", [k.delayed, k.expiring], [job_id])
+        return decode.job_from_hash(row) if row else None
+
+    async def cancel_requests(self, job_ids: Sequence[str]) -> set[str]:
+        client, _ = self._ready()
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return set()
+        async with self._errors("cancel_requests"):
+            pipe = client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hmget(self.keys.job(job_id), "s", "cr")
+            rows = await pipe.execute()
+        return {
+            job_id
+            for job_id, (state, flag) in zip(ids, rows, strict=True)
+            if state == b"active" and flag == b"1"
+        }
+
+    async def retry_failed(self, job_id: str, new_id: str) -> Job:
+        k = self.keys
+        reply = await self._run("retry", [k.all, k.expiring, k.wake], [job_id, new_id])
+        tag = reply[0]
+        if tag == b"missing":
+            raise JobNotFound(job_id)
+        if tag == b"state":
+            raise InvalidStateError(f"job {job_id} is {reply[1].decode()}, not failed")
+        if tag == b"exists":
+            raise BackendError(f"a job with id {new_id!r} already exists")
+        return decode.job_from_hash(reply[1])
+
+    async def delete_jobs(self, job_ids: Sequence[str]) -> int:
+        if not job_ids:
+            self._ready()
+            return 0
+        return int(await self._run("delete", [self.keys.all], list(job_ids)))
+
+    async def purge_jobs(self, where: base.JobFilter) -> int:
+        k = self.keys
+        argv = ["purge", 0, 0, *self._filter_args(where)]
+        return int(await self._run("select", [k.all, k.queues], argv))
+
+    async def _queue_rows(self) -> list[Any]:
+        rows: list[Any] = await self._run("queues", [self.keys.queues], [])
+        return rows
+
+    async def queue_counts(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for name, configured, _, _, _, counts, _ in await self._queue_rows():
+            by_state = {state.value: 0 for state in JobState}
+            for field, value in decode.as_dict(counts).items():
+                by_state[field.decode()] = int(value)
+            if configured or any(by_state.values()):
+                out[name.decode()] = by_state
+        return dict(sorted(out.items()))
+
+    async def oldest_waiting(self) -> dict[str, float]:
+        return {row[0].decode(): float(row[6]) for row in await self._queue_rows() if row[6]}
+
+    # -- maintenance ---------------------------------------------------------------
+    async def recover_stalled(self, max_stalled: int) -> base.StallResult:
+        k = self.keys
+        requeued, failed, cancelled = await self._run(
+            "recover", [k.active, k.expiring, k.wake], [max_stalled]
+        )
+        return base.StallResult(
+            decode.jobs_from_hashes(requeued),
+            decode.jobs_from_hashes(failed),
+            decode.jobs_from_hashes(cancelled),
+        )
+
+    async def prune_jobs(self, rules: Sequence[base.PruneRule]) -> int:
+        argv: list[Any] = [PRUNE_CAP, len(rules)]
+        for rule in rules:
+            argv += (
+                rule.state.value,
+                _float_text(rule.max_age),
+                _opt(rule.max_count),
+                _opt(rule.task),
+                len(rule.exclude_tasks),
+                *rule.exclude_tasks,
+            )
+        return int(await self._run("prune", [self.keys.all], argv))
+
+    # -- queues --------------------------------------------------------------------
+    async def configure_queue(self, name: str, max_size: int | None, ttl: float | None) -> None:
+        k = self.keys
+        await self._run("configure", [k.queues, k.wake], [name, _opt(max_size), _float_text(ttl)])
+
+    async def set_queue_paused(self, name: str, paused: bool) -> None:
+        k = self.keys
+        await self._run("pause", [k.queues, k.wake], [name, 1 if paused else 0])
+
+    async def list_queues(self) -> list[base.QueueInfo]:
+        out: list[base.QueueInfo] = []
+        for name, configured, paused, max_size, ttl, counts, _ in await self._queue_rows():
+            has_jobs = any(int(v) for v in decode.as_dict(counts).values())
+            if not (configured or has_jobs):
+                continue
+            out.append(
+                base.QueueInfo(
+                    name=name.decode(),
+                    paused=paused == b"1",
+                    max_size=int(max_size) if max_size else None,
+                    ttl=float(ttl) if ttl else None,
+                )
+            )
+        return sorted(out, key=lambda q: q.name)
+
+    # -- circuits ------------------------------------------------------------------
+    async def list_circuits(self) -> list[base.CircuitInfo]:
+        client, _ = self._ready()
+        async with self._errors("list_circuits"):
+            tasks = sorted(m.decode() for m in await client.smembers(self.keys.circuits))
+            pipe = client.pipeline(transaction=False)
+            for task in tasks:
+                pipe.hgetall(self.keys.circuit(task))
+            rows = await pipe.execute() if tasks else []
+        out: list[base.CircuitInfo] = []
+        for task, row in zip(tasks, rows, strict=True):
+            if row:
+                flat: list[bytes] = [x for pair in row.items() for x in pair]
+                out.append(decode.circuit_from_hash(task, flat))
+        return out
+
+    async def reset_circuit(self, task: str) -> None:
+        k = self.keys
+        await self._run("circuit-reset", [k.circuits, k.wake], [task])
+
+    # -- heartbeats ----------------------------------------------------------------
+    async def record_heartbeat(self, worker: base.WorkerInfo) -> None:
+        info = worker.to_dict()
+        info.pop("last_seen", None)
+        k = self.keys
+        await self._run(
+            "heartbeat", [k.workers, k.workers_seen], [worker.id, serialization.dumps(info)]
+        )
+
+    async def list_workers(self) -> list[base.WorkerInfo]:
+        client, _ = self._ready()
+        async with self._errors("list_workers"):
+            pipe = client.pipeline(transaction=False)
+            pipe.hgetall(self.keys.workers)
+            pipe.zrange(self.keys.workers_seen, 0, -1, withscores=True)
+            described, seen = await pipe.execute()
+        last_seen = {member.decode(): float(score) for member, score in seen}
+        out: list[base.WorkerInfo] = []
+        for worker_id, raw in sorted(described.items()):
+            info = serialization.loads(raw)
+            wid = worker_id.decode()
+            out.append(
+                base.WorkerInfo(
+                    id=wid,
+                    host=info["host"],
+                    pid=int(info["pid"]),
+                    queues=list(info["queues"]),
+                    concurrency=int(info["concurrency"]),
+                    active=int(info["active"]),
+                    started_at=float(info["started_at"]),
+                    last_seen=last_seen.get(wid, 0.0),
+                    heartbeat_interval=float(info.get("heartbeat_interval", 10.0)),
+                )
+            )
+        return out
+
+    async def remove_worker(self, worker_id: str) -> None:
+        k = self.keys
+        await self._run("forget-workers", [k.workers, k.workers_seen], ["", worker_id])
+
+    async def prune_workers(self, older_than: float) -> int:
+        k = self.keys
+        return int(await self._run("forget-workers", [k.workers, k.workers_seen], [older_than, ""]))
+
+    # -- schedules -----------------------------------------------------------------
+    async def sync_schedules(
+        self, specs: Sequence[base.ScheduleSpec], first_fires: Mapping[str, float | None]
+    ) -> list[base.ScheduleRecord]:
+        if not specs:
+            self._ready()
+            return []
+        argv: list[Any] = []
+        for spec in specs:
+            argv += (
+                spec.name,
+                spec.fingerprint,
+                records.spec_json(spec),
+                _opt(spec.cron),
+                _float_text(spec.every),
+                _float_text(first_fires.get(spec.name)),
+            )
+        rows = await self._run("schedule-sync", [self.keys.schedules], argv)
+        return [records.schedule_from_hash(row) for row in rows]
+
+    async def list_schedules(self) -> list[base.ScheduleRecord]:
+        rows = await self._run("schedule-read", [self.keys.schedules], ["list"])
+        return sorted((records.schedule_from_hash(row) for row in rows), key=lambda r: r.name)
+
+    async def update_schedule(
+        self,
+        name: str,
+        *,
+        paused: bool | None = None,
+        cron: str | None = None,
+        every: float | None = None,
+        next_fire_at: float | None = None,
+        reschedule: bool = False,
+    ) -> base.ScheduleRecord | None:
+        argv = [
+            name,
+            "" if paused is None else ("1" if paused else "0"),
+            _opt(cron),
+            _float_text(every),
+            "1" if reschedule else "0",
+            _float_text(next_fire_at),
+        ]
+        row = await self._run("schedule-update", [self.keys.schedules], argv)
+        return records.schedule_from_hash(row) if row else None
+
+    async def advance_schedule(
+        self, name: str, fired_at: float, next_fire_at: float | None, *, fired: bool = True
+    ) -> bool:
+        argv = [name, _float_text(fired_at), _float_text(next_fire_at), "1" if fired else "0"]
+        return bool(await self._run("schedule-advance", [self.keys.schedules], argv))
+
+    async def delete_schedules(self, names: Sequence[str]) -> int:
+        if not names:
+            self._ready()
+            return 0
+        argv = ["delete", *dict.fromkeys(names)]
+        return int(await self._run("schedule-read", [self.keys.schedules], argv))
+
+    # -- job statistics ------------------------------------------------------------
+    async def record_job_stats(self, stats: Sequence[base.JobStat]) -> None:
+        if not stats:
+            self._ready()
+            return
+        argv: list[Any] = [len(DURATION_BUCKETS)]
+        for stat in stats:
+            buckets = list(stat.buckets) + [0] * (len(DURATION_BUCKETS) - len(stat.buckets))
+            argv += (stat.task, stat.queue, stat.status, stat.count, repr(stat.duration_sum))
+            argv += buckets[: len(DURATION_BUCKETS)]
+        k = self.keys
+        await self._run("stats-record", [k.stats, k.stat_minutes], argv)
+
+    async def job_stat_totals(self) -> list[base.JobStat]:
+        k = self.keys
+        flat = await self._run("stats-read", [k.stats, k.stat_minutes], ["totals", 0])
+        return sorted(records.stats_from_hash(flat, 0.0), key=records.stat_order)
+
+    async def job_stat_series(self, since: float) -> list[base.JobStat]:
+        k = self.keys
+        minutes = await self._run(
+            "stats-read", [k.stats, k.stat_minutes], ["series", _float_text(since)]
+        )
+        out: list[base.JobStat] = []
+        for minute, flat in minutes:
+            out.extend(sorted(records.stats_from_hash(flat, float(minute)), key=records.stat_order))
+        return out
+
+    async def prune_job_stats(self, older_than: float) -> int:
+        k = self.keys
+        return int(await self._run("stats-read", [k.stats, k.stat_minutes], ["prune", older_than]))

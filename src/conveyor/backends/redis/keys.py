@@ -1,0 +1,139 @@
+"""Every Redis key name of one app, built in one place.
+
+All keys of an app share the hash tag ``{conveyor:<prefix>}``, so every script
+touches a single cluster slot. The Lua scripts build per-job and per-queue names
+with the same rules (``scripts/lib.lua``); the fixed names are passed as KEYS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def base_for(prefix: str) -> str:
+    """The hash-tagged base every key of the app ``prefix`` starts with."""
+    return f"{{conveyor:{prefix}}}:"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    base: str
+
+    @classmethod
+    def for_prefix(cls, prefix: str) -> Keys:
+        return cls(base_for(prefix))
+
+    # -- fixed keys ------------------------------------------------------------
+    @property
+    def all(self) -> str:
+        """ZSET (score 0, lexicographic): every job id, for listings newest first."""
+        return self.base + "all"
+
+    @property
+    def delayed(self) -> str:
+        """ZSET job id by run_at: delayed jobs, promoted inside the claim."""
+        return self.base + "delayed"
+
+    @property
+    def expiring(self) -> str:
+        """ZSET job id by expires_at: waiting jobs that have a TTL."""
+        return self.base + "expiring"
+
+    @property
+    def active(self) -> str:
+        """ZSET job id by lease_until: active jobs, for stall recovery."""
+        return self.base + "active"
+
+    @property
+    def queues(self) -> str:
+        """SET of every queue name configured or used."""
+        return self.base + "queues"
+
+    @property
+    def circuits(self) -> str:
+        """SET of the tasks that have a circuit."""
+        return self.base + "circuits"
+
+    @property
+    def workers(self) -> str:
+        """HASH worker id -> JSON description."""
+        return self.base + "workers"
+
+    @property
+    def workers_seen(self) -> str:
+        """ZSET worker id by last_seen."""
+        return self.base + "seen"
+
+    @property
+    def schedules(self) -> str:
+        """SET of schedule names."""
+        return self.base + "schedules"
+
+    @property
+    def stats(self) -> str:
+        """HASH: cumulative job statistics per (task, queue, status)."""
+        return self.base + "stats"
+
+    @property
+    def stat_minutes(self) -> str:
+        """ZSET of the minutes that hold series rows."""
+        return self.base + "minutes"
+
+    @property
+    def wake(self) -> str:
+        """Pub/sub channel: ``q:<queue>`` new work, ``t:`` a new timer, ``a:`` everyone."""
+        return self.base + "wake"
+
+    # -- per-item keys ---------------------------------------------------------
+    def job(self, job_id: str) -> str:
+        """HASH: one job (short field names, see decode.py)."""
+        return f"{self.base}j:{job_id}"
+
+    def payload(self, job_id: str) -> str:
+        """STRING: one job's payload, apart from its hash (a hash with a value over
+        64 bytes stops being a compact listpack)."""
+        return f"{self.base}p:{job_id}"
+
+    def done(self, state: str) -> str:
+        """ZSET job id by finished_at, per terminal state (retention)."""
+        return f"{self.base}done:{state}"
+
+    def waiting(self, queue: str, task: str) -> str:
+        """ZSET of one (queue, task)'s waiting jobs: score -priority, member run_at+id."""
+        return f"{self.base}w:{len(queue)}:{queue}:{task}"
+
+    def waiting_tasks(self, queue: str) -> str:
+        """SET of the tasks that have waiting jobs in ``queue``."""
+        return f"{self.base}wt:{queue}"
+
+    def counts(self, queue: str) -> str:
+        """HASH state -> number of jobs of ``queue``."""
+        return f"{self.base}n:{queue}"
+
+    def queue_config(self, queue: str) -> str:
+        """HASH: paused, max_size, ttl of ``queue``."""
+        return f"{self.base}qc:{queue}"
+
+    def idempotency(self, key: str) -> str:
+        """HASH id/task/queue(/state): a live idempotency key (expires by itself)."""
+        return f"{self.base}idem:{key}"
+
+    def rate(self, task: str) -> str:
+        """ZSET: start log of a rate-limited task (expires by itself)."""
+        return f"{self.base}rate:{task}"
+
+    def circuit(self, task: str) -> str:
+        """HASH: state, failures, open_until, open_for of a task's circuit."""
+        return f"{self.base}circuit:{task}"
+
+    def schedule(self, name: str) -> str:
+        """HASH: one stored schedule."""
+        return f"{self.base}sched:{name}"
+
+    def minute(self, minute: str) -> str:
+        """HASH: job statistics of one minute."""
+        return f"{self.base}sm:{minute}"
+
+    def pattern(self) -> str:
+        """SCAN MATCH pattern of every key of this app."""
+        return self.base.replace("[", "\\[").replace("?", "\\?").replace("*", "\\*") + "*"

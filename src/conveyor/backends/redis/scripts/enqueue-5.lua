@@ -1,0 +1,170 @@
+-- enqueue-5: insert a batch of jobs atomically, in order (enqueue_jobs).
+-- KEYS[1] all        lex index of every job id
+-- KEYS[2] delayed    delayed jobs by run_at
+-- KEYS[3] expiring   waiting jobs with a TTL, by expires_at
+-- KEYS[4] queues     every queue name seen
+-- KEYS[5] wake       (channel) wake-up notifications
+-- ARGV[1] key prefix; ARGV[2] number of jobs n; then n groups of 15:
+--   id, task, queue, payload, priority, max_attempts, timeout|'', delay,
+--   run_at|'', ttl|'', idempotency_key|'', idempotency_ttl, tenant|'',
+--   metadata|'', retry_of|''
+-- Returns {'ok', now, item...}: item {'n', state, run_at, ttl|'', expires_at|''}
+-- for a new job (just 'n' when it is waiting, due now, without a TTL), {'d', {field, value...}} for a live duplicate, {'g', id, task,
+-- queue, state|'', key} for a duplicate whose job retention deleted;
+-- or {'full', queue, max_size} / {'exists', id} with nothing stored.
+local now = now_time()
+local n = tonumber(ARGV[2])
+local F = 15
+local plan = {}
+local in_batch = {}
+local seen = {}
+local added = {}
+local qttl = {}
+
+for i = 0, n - 1 do
+  local b = 2 + i * F
+  local id, q, ik = ARGV[b + 1], ARGV[b + 3], ARGV[b + 11]
+  local item = nil
+  if ik ~= '' then
+    if in_batch[ik] then
+      item = {'dup', in_batch[ik]}
+    else
+      local known = redis.call('HMGET', idemkey(ik), 'id', 'task', 'queue', 'state')
+      if known[1] then
+        if redis.call('EXISTS', jkey(known[1])) == 1 then
+          item = {'dup', known[1]}
+        else
+          item = {'gone', known[1], known[2], known[3], known[4] or '', ik}
+        end
+      end
+    end
+  end
+  if not item then
+    if seen[id] or redis.call('EXISTS', jkey(id)) == 1 then return {'exists', id} end
+    seen[id] = true
+    item = {'new', b}
+    added[q] = (added[q] or 0) + 1
+    if ik ~= '' then in_batch[ik] = id end
+  end
+  plan[i + 1] = item
+end
+
+for q, count in pairs(added) do
+  local conf = redis.call('HMGET', qckey(q), 'max_size', 'ttl')
+  qttl[q] = tonumber(conf[2])
+  if conf[1] then
+    local limit = tonumber(conf[1])
+    local c = redis.call('HMGET', nkey(q), 'waiting', 'delayed')
+    if (tonumber(c[1]) or 0) + (tonumber(c[2]) or 0) + count > limit then
+      return {'full', q, conf[1]}
+    end
+  end
+end
+
+-- Validated: from here on nothing fails, so the batch is all or nothing.
+local counts = {}
+local all = {}
+local woken = {}
+local timer = false
+local waits, expiring, delayed, payloads, dups = {}, {}, {}, {}, {}
+local out = {'ok', fmt(now)}
+local nowtext = fmt(now)
+for i = 1, n do
+  local item = plan[i]
+  if item[1] == 'new' then
+    local b = item[2]
+    local id, t, q = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+    local run_at
+    local ratext
+    if ARGV[b + 9] ~= '' then
+      ratext = ARGV[b + 9]
+      run_at = tonumber(ratext)
+    elseif ARGV[b + 8] == '0' then
+      run_at = now
+      ratext = nowtext
+    else
+      run_at = now + tonumber(ARGV[b + 8])
+      ratext = fmt(run_at)
+    end
+    local ttl = tonumber(ARGV[b + 10])
+    if qttl[q] and (not ttl or qttl[q] < ttl) then ttl = qttl[q] end
+    local state = 'waiting'
+    if run_at > now then state = 'delayed' end
+    payloads[#payloads + 1] = pkey(id)
+    payloads[#payloads + 1] = ARGV[b + 4]
+    local fields = {'t', t, 'q', q, 's', state, 'ra', ratext,
+      'ca', nowtext, 'a', 0}
+    local n_ = #fields
+    local pr = ARGV[b + 5]
+    if pr ~= '0' then fields[n_ + 1] = 'pr'; fields[n_ + 2] = pr; n_ = n_ + 2 end
+    fields[n_ + 1] = 'ma'; fields[n_ + 2] = ARGV[b + 6]; n_ = n_ + 2
+    if ARGV[b + 7] ~= '' then fields[n_ + 1] = 'to'; fields[n_ + 2] = ARGV[b + 7]; n_ = n_ + 2 end
+    local ex = nil
+    local ttltext, extext = '', ''
+    if ttl then
+      ex = run_at + ttl
+      ttltext = fmt(ttl)
+      extext = fmt(ex)
+      fields[n_ + 1] = 'ttl'; fields[n_ + 2] = ttltext
+      fields[n_ + 3] = 'ex'; fields[n_ + 4] = extext; n_ = n_ + 4
+    end
+    local ik = ARGV[b + 11]
+    if ik ~= '' then fields[n_ + 1] = 'ik'; fields[n_ + 2] = ik; n_ = n_ + 2 end
+    if ARGV[b + 13] ~= '' then fields[n_ + 1] = 'tn'; fields[n_ + 2] = ARGV[b + 13]; n_ = n_ + 2 end
+    if ARGV[b + 14] ~= '' then fields[n_ + 1] = 'm'; fields[n_ + 2] = ARGV[b + 14]; n_ = n_ + 2 end
+    if ARGV[b + 15] ~= '' then fields[n_ + 1] = 'ro'; fields[n_ + 2] = ARGV[b + 15]; n_ = n_ + 2 end
+    redis.call('HSET', jkey(id), unpack(fields))
+    all[#all + 1] = 0
+    all[#all + 1] = id
+        if state == 'waiting' then
+      -- Batched per (queue, task): one ZADD for the whole run of jobs.
+      local wk = wkey(q, t)
+      local list = waits[wk]
+      if not list then
+        list = {}
+        waits[wk] = list
+        redis.call('SADD', wtkey(q), t)
+      end
+      list[#list + 1] = -(tonumber(pr) or 0)
+      list[#list + 1] = wmember(run_at, id)
+      if ex then
+        expiring[#expiring + 1] = ex
+        expiring[#expiring + 1] = id
+      end
+      woken[q] = true
+    else
+      delayed[#delayed + 1] = run_at
+      delayed[#delayed + 1] = id
+      timer = true
+    end
+    if ik ~= '' then
+      local key = idemkey(ik)
+      redis.call('HSET', key, 'id', id, 'task', t, 'queue', q)
+      redis.call('PEXPIRE', key, math.max(1, math.floor(tonumber(ARGV[b + 12]) * 1000)))
+    end
+    bump(counts, q, nil, state)
+    if ratext == nowtext and not ttl then
+      out[#out + 1] = 'n'  -- the common case: waiting, due now, no TTL
+    else
+      out[#out + 1] = {'n', state, ratext, ttltext, extext}
+    end
+  elseif item[1] == 'dup' then
+    out[#out + 1] = false
+    dups[#out] = item[2]  -- read once the batch is written (it may be in it)
+  else
+    out[#out + 1] = {'g', item[2], item[3], item[4], item[5], item[6]}
+  end
+end
+for i = 1, #payloads, 4000 do
+  redis.call('MSET', unpack(payloads, i, math.min(i + 3999, #payloads)))
+end
+call_many('ZADD', K_ALL, all)
+for wk, list in pairs(waits) do call_many('ZADD', wk, list) end
+call_many('ZADD', K_EXPIRING, expiring)
+call_many('ZADD', K_DELAYED, delayed)
+for q, _ in pairs(counts) do redis.call('SADD', K_QUEUES, q) end
+flush(counts)
+for i, id in pairs(dups) do out[i] = {'d', job_row(id)} end
+for q, _ in pairs(woken) do redis.call('PUBLISH', K_WAKE, 'q:' .. q) end
+if timer then redis.call('PUBLISH', K_WAKE, 't:') end
+return out
