@@ -60,4 +60,6 @@ class RetentionCleaner:
     async def run_once(self) -> int:
         backend = self._app.backend
         await backend.prune_workers(FORGET_WORKERS_AFTER)
-        return await backend.prune_jobs(retention_rules(self._app))
+        deleted = await backend.prune_jobs(retention_rules(self._app))
+        await backend.prune_job_stats(self._app.settings.stats_retention)
+        return deleted

@@ -34,6 +34,7 @@ from conveyor.worker.executor import Executor
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.leases import LeaseKeeper
 from conveyor.worker.running import Running
+from conveyor.worker.stats import StatsReporter
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -151,6 +152,7 @@ class Worker:
             backend, self.id, self.active, self.settings.lease, self.request_cancel
         )
         heartbeat = Heartbeat(backend, self.describe, self.settings.heartbeat_interval)
+        self.stats = StatsReporter(backend, self.settings.stats_flush_interval)
         app._local_workers.append(self)
         if self.install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -160,6 +162,7 @@ class Worker:
             self._side("acker", self.acker.run())
             self._side("leases", self.leases.run())
             self._side("heartbeat", heartbeat.run())
+            self._side("stats", self.stats.run())
             if self.maintenance:
                 reaper, cleaner = StallReaper(app), RetentionCleaner(app)
                 if self.burst:
@@ -255,6 +258,7 @@ class Worker:
                 await self._wait_for(asyncio.sleep(delay), None)
                 continue
             for job in result.expired:
+                self.stats.add(job.task, job.queue, "expired", 0.0)
                 self.app.events.emit("expired", job=job)
                 self.app.events.emit("dead", job=job, reason="expired", error=job.error)
             for job in result.jobs:
@@ -308,10 +312,13 @@ class Worker:
 
     async def _execute(self, run: Running) -> None:
         job = run.job
+        started = time.perf_counter()
         try:
             settlement = await self.executor.execute(run)
             if settlement is not None:
                 self.acker.add(settlement, job)
+                duration = time.perf_counter() - started
+                self.stats.add_outcome(job.task, job.queue, settlement.outcome, duration)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug in conveyor itself: leave the job to the stall reaper
@@ -395,6 +402,12 @@ class Worker:
                 "recovered as stalled",
                 self.acker.pending,
             )
+        try:
+            stored = await asyncio.wait_for(self.stats.flush(), timeout=10)
+        except TimeoutError:
+            stored = False
+        if not stored:
+            logger.warning("statistics of %d run(s) were not stored", self.stats.pending)
         for task in self._side_tasks:
             task.cancel()
         await asyncio.gather(*self._side_tasks, return_exceptions=True)

@@ -1,0 +1,63 @@
+"""``conveyor serve APP``: dashboard, health, Prometheus metrics and admin API on uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import click
+
+from conveyor.cli.common import state, url_option
+from conveyor.cli.errors import USAGE, fail
+from conveyor.cli.loading import load_app
+from conveyor.cli.worker import LEVELS, setup_logging
+from conveyor.errors import MissingDependency
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+@click.command("serve")
+@click.argument("app_spec", metavar="APP")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--log-level", type=LEVELS, default="info", show_default=True)
+@url_option
+def serve_command(app_spec: str, host: str, port: int, log_level: str) -> None:
+    """Serve the dashboard (/), /health/*, /metrics and the /api/v1 admin API for APP.
+
+    Tokens come from the api_tokens setting (CONVEYOR_API_TOKENS). Without any
+    token only a loopback address may be bound.
+    """
+    app = load_app(app_spec, state().url)
+    app.backend  # noqa: B018  # builds (does not open) the backend: a bad URL fails here
+    if not app.settings.api_tokens and not is_loopback(host):
+        fail(
+            f"refusing to bind {host}: no API token is configured, so the admin API "
+            "would be open to the network. Set CONVEYOR_API_TOKENS (e.g. "
+            '\'{"<token>": ["read"]}\') or bind 127.0.0.1',
+            USAGE,
+        )
+    try:
+        import uvicorn
+
+        from conveyor.server import create_app
+    except ImportError as exc:
+        raise MissingDependency(
+            f"conveyor serve needs the server extra: pip install 'conveyor[server]' ({exc})"
+        ) from None
+    setup_logging(log_level)
+    config = uvicorn.Config(
+        create_app(app),
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        log_config=None,  # keep conveyor's logging setup
+        server_header=False,
+    )
+    uvicorn.Server(config).run()

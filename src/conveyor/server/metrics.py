@@ -1,0 +1,155 @@
+"""``GET /metrics``: Prometheus text, read from the backend at scrape time.
+
+Job counts and durations come from the statistics every worker flushes to the
+backend (``worker/stats.py``), so one scrape sees the runs of every worker on
+every machine; queue depths, waiting ages, dead letters, workers and circuits
+are read live. A scrape reads the backend once into a snapshot, then a
+collector on a fresh registry turns it into metric families.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
+
+from conveyor.app import Conveyor, job_filter
+from conveyor.backends.base import DURATION_BUCKETS, CircuitInfo, CircuitState, JobStat
+from conveyor.job import JobState
+from conveyor.server.auth import Scope
+from conveyor.server.routing import route, state_of
+from conveyor.server.snapshot import QueueSnapshot, read_snapshot
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: Most active jobs read to label ``conveyor_jobs_active`` by task.
+ACTIVE_SCAN_LIMIT = 100_000
+#: Runs that never started (TTL expiry) have no duration.
+_NO_DURATION = frozenset({"expired"})
+
+
+@dataclass(slots=True)
+class Scrape:
+    totals: list[JobStat]
+    active: dict[tuple[str, str], int]
+    queues: QueueSnapshot
+    circuits: list[CircuitInfo]
+
+
+async def read_scrape(app: Conveyor) -> Scrape:
+    backend = await app.connect()
+    totals, active_jobs, snap, circuits = await asyncio.gather(
+        backend.job_stat_totals(),
+        backend.list_jobs(job_filter(JobState.ACTIVE), ACTIVE_SCAN_LIMIT),
+        read_snapshot(app),
+        backend.list_circuits(),
+    )
+    active: dict[tuple[str, str], int] = defaultdict(int)
+    for job in active_jobs:
+        active[job.task, job.queue] += 1
+    return Scrape(totals, dict(active), snap, circuits)
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
+
+
+class ScrapeCollector(Collector):
+    def __init__(self, scrape: Scrape) -> None:
+        self.scrape = scrape
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.scrape
+        jobs = CounterMetricFamily(
+            "conveyor_jobs",
+            "Finished runs of jobs, by task, queue and status (all workers).",
+            labels=["task", "queue", "status"],
+        )
+        histograms: dict[tuple[str, str], tuple[list[int], float]] = {}
+        for stat in s.totals:
+            jobs.add_metric([stat.task, stat.queue, stat.status], stat.count)
+            if stat.status in _NO_DURATION:
+                continue
+            buckets, total = histograms.get((stat.task, stat.queue), ([0] * len(stat.buckets), 0.0))
+            merged = [a + b for a, b in zip(buckets, stat.buckets, strict=True)]
+            histograms[stat.task, stat.queue] = (merged, total + stat.duration_sum)
+        yield jobs
+
+        durations = HistogramMetricFamily(
+            "conveyor_job_duration_seconds",
+            "How long runs took, by task and queue (all workers).",
+            labels=["task", "queue"],
+        )
+        for (task, queue), (buckets, total) in sorted(histograms.items()):
+            cumulative, running = [], 0
+            for bound, n in zip(DURATION_BUCKETS, buckets, strict=True):
+                running += n
+                cumulative.append((_le(bound), float(running)))
+            durations.add_metric([task, queue], cumulative, total)
+        yield durations
+
+        active = GaugeMetricFamily(
+            "conveyor_jobs_active", "Jobs running now, by task and queue.", labels=["task", "queue"]
+        )
+        for (task, queue), n in sorted(s.active.items()):
+            active.add_metric([task, queue], n)
+        yield active
+
+        depth = GaugeMetricFamily(
+            "conveyor_queue_depth", "Jobs per queue and state.", labels=["queue", "state"]
+        )
+        dead = GaugeMetricFamily(
+            "conveyor_dead_letters", "Failed jobs kept in the dead-letter queue.", labels=["queue"]
+        )
+        wait = GaugeMetricFamily(
+            "conveyor_queue_wait_seconds",
+            "Age of the oldest due waiting job per queue (0 when none waits).",
+            labels=["queue"],
+        )
+        for queue, states in sorted(s.queues.counts.items()):
+            for state, n in sorted(states.items()):
+                depth.add_metric([queue, state], n)
+            dead.add_metric([queue], states.get("failed", 0))
+            wait.add_metric([queue], s.queues.oldest_waiting_s.get(queue, 0.0))
+        yield depth
+        yield wait
+        yield dead
+
+        yield GaugeMetricFamily(
+            "conveyor_workers_alive",
+            "Workers whose heartbeat is recent.",
+            value=s.queues.alive_workers,
+        )
+        circuit = GaugeMetricFamily(
+            "conveyor_circuit_open",
+            "1 while a task's circuit is open (its jobs are held back), else 0.",
+            labels=["task"],
+        )
+        for info in s.circuits:
+            circuit.add_metric([info.task], 1.0 if info.state is CircuitState.OPEN else 0.0)
+        yield circuit
+
+
+def render(scrape: Scrape) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ScrapeCollector(scrape))
+    return generate_latest(registry)
+
+
+async def metrics(request: Request) -> Response:
+    scrape = await read_scrape(state_of(request).app)
+    return Response(render(scrape), media_type=CONTENT_TYPE)
+
+
+ROUTES = [route("/metrics", metrics, "GET", Scope.READ)]

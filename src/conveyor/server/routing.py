@@ -1,0 +1,99 @@
+"""Endpoints as plain async functions, wrapped with their scope check and the
+error table of errors.py; request parsing helpers shared by every endpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+import pydantic
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from conveyor.server.auth import Scope
+from conveyor.server.errors import ApiError, for_exception
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+    from conveyor.server.state import ServerState
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+def state_of(request: Request) -> ServerState:
+    state: ServerState = request.app.state.conveyor
+    return state
+
+
+def app_of(request: Request) -> Conveyor:
+    return state_of(request).app
+
+
+def guarded(scope: Scope | None, endpoint: Endpoint) -> Endpoint:
+    """``scope=None``: an open endpoint (the live/startup/ready probes)."""
+
+    async def run(request: Request) -> Response:
+        try:
+            if scope is not None:
+                state_of(request).auth.check(request, scope)
+            return await endpoint(request)
+        except Exception as exc:
+            return for_exception(exc)
+
+    run.__name__ = endpoint.__name__
+    return run
+
+
+def route(path: str, endpoint: Endpoint, method: str, scope: Scope | None) -> Route:
+    return Route(path, guarded(scope, endpoint), methods=[method], name=endpoint.__name__)
+
+
+async def read_json(request: Request) -> Any:
+    body = await request.body()
+    if not body.strip():
+        raise ApiError(400, "invalid_json", "the request needs a JSON body")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+
+
+def _describe(exc: pydantic.ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+async def read_body(request: Request, model: type[M]) -> M:
+    data = await read_json(request)
+    if not isinstance(data, dict):
+        raise ApiError(422, "invalid_body", "the body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ApiError(422, "invalid_body", _describe(exc)) from None
+
+
+def read_query(request: Request, model: type[M]) -> M:
+    params: dict[str, str] = {}
+    for key, value in request.query_params.multi_items():
+        if key in params:
+            raise ApiError(422, "invalid_query", f"{key}: given more than once")
+        params[key] = value
+    try:
+        return model.model_validate(params)
+    except pydantic.ValidationError as exc:
+        raise ApiError(422, "invalid_query", _describe(exc)) from None
+
+
+def path_param(request: Request, name: str) -> str:
+    """A path segment; control characters (``%00``…) never reach a backend."""
+    value: str = request.path_params[name]
+    if len(value) > 255 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ApiError(422, "invalid_path", f"{name}: not a valid name or id")
+    return value

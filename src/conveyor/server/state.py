@@ -1,0 +1,20 @@
+"""What every endpoint reaches through ``request.app.state.conveyor``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from conveyor.server.auth import TokenAuth
+
+if TYPE_CHECKING:
+    from conveyor.app import Conveyor
+    from conveyor.settings import Settings
+
+
+@dataclass(slots=True)
+class ServerState:
+    app: Conveyor
+    settings: Settings
+    auth: TokenAuth
+    started: bool = False
