@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import ConveyorSide  # noqa: E402  (needs ROOT on sys.path first)
+from benchmarks.conveyor_side import ConveyorSide  # noqa: E402  (needs ROOT on sys.path first)
 
 ENQUEUE_SCRIPT = """
 import asyncio, sys, time

@@ -31,3 +31,8 @@ async def stamp(ctx: JobContext, **payload: object) -> float:
 async def sleep(ctx: JobContext) -> None:
     """W3: 50 ms of waiting on I/O."""
     await asyncio.sleep(0.05)
+
+
+@app.task("bench.payload")
+async def payload(ctx: JobContext, **data: object) -> None:
+    """Memory: a job that carries a payload and stores no result."""
