@@ -231,8 +231,18 @@ ensure_postgres() {
     start_own_postgres
 }
 
+# The Redis restart, WAIT and cluster tests start private servers (temp dir,
+# free ports): they need redis-server and redis-cli even when a Redis answers.
+ensure_redis_binaries() {
+    if ! command -v "${CONVEYOR_REDIS_SERVER:-redis-server}" >/dev/null 2>&1 ||
+        ! command -v redis-cli >/dev/null 2>&1; then
+        _apt_install redis-server "Redis (redis-server and redis-cli, for the tests that start their own servers)"
+    fi
+}
+
 ensure_redis() {
     local port="${CONVEYOR_REDIS_PORT:-6379}"
+    ensure_redis_binaries
     if [[ -z "${CONVEYOR_FORCE_OWN_SERVICES:-}" ]]; then
         if [[ -n "${CONVEYOR_TEST_REDIS_URL:-}" ]]; then
             log "Redis: using CONVEYOR_TEST_REDIS_URL=$CONVEYOR_TEST_REDIS_URL"

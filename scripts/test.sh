@@ -17,6 +17,8 @@ set -euo pipefail
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/_common.sh"
 # shellcheck source=scripts/services.sh
 source "$ROOT/scripts/services.sh"
+# shellcheck source=scripts/browser.sh
+source "$ROOT/scripts/browser.sh"
 cd "$ROOT"
 
 trap services_down EXIT
@@ -56,6 +58,9 @@ fi
 t0=$SECONDS
 services_up
 TIMINGS+=("$(printf '%-22s %4ss  ok' services $((SECONDS - t0)))")
+t0=$SECONDS
+ensure_browser
+TIMINGS+=("$(printf '%-22s %4ss  ok' browser $((SECONDS - t0)))")
 export CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL
 export CONVEYOR_REQUIRE_SERVICES=1 # tests/conftest.py: a missing service fails, never skips
 

@@ -7,20 +7,31 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from conveyor.backends.base import Backend, JobFilter, QueueInfo, WorkerInfo
+from conveyor.backends.base import (
+    Backend,
+    JobFilter,
+    QueueInfo,
+    ScheduleSpec,
+    TransactionalEnqueue,
+    WorkerInfo,
+)
 from conveyor.backends.registry import backend_from_url
 from conveyor.dlq import DeadLetters
 from conveyor.durations import parse_duration
-from conveyor.errors import JobNotFound, UnknownTask
+from conveyor.errors import ConfigurationError, JobNotFound, UnknownTask
 from conveyor.events import Callback, EventBus
 from conveyor.ids import new_ids
 from conveyor.job import FailureReason, Job, JobState
 from conveyor.producer import JobBuilder
 from conveyor.retry import Backoff
+from conveyor.scheduler.admin import Schedules
 from conveyor.settings import Settings, load_settings
 from conveyor.task import FunctionHandler, Handler, Task, build_options
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    from conveyor.scheduler.scheduler import Scheduler
     from conveyor.worker.worker import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,6 +50,8 @@ class Conveyor:
         self.settings = settings or load_settings(url=url, **overrides)
         self.events = EventBus()
         self.dlq = DeadLetters(self)
+        self.schedules = Schedules(self)
+        self._schedule_specs: dict[str, ScheduleSpec] = {}
         self._tasks: dict[str, Task] = {}
         self._queues: dict[str, QueueInfo] = {}
         self._backend: Backend | None = None
@@ -107,11 +120,57 @@ class Conveyor:
         if self._opened:
             raise RuntimeError("declare queues before the app connects (at import time)")
 
+    def schedule(
+        self,
+        name: str,
+        *,
+        cron: str | None = None,
+        every: float | str | None = None,
+        task: str | Task,
+        payload: Any = None,
+        timezone: str = "UTC",
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        limit: int | None = None,
+        misfire: str = "skip",
+        **enqueue_options: Any,
+    ) -> ScheduleSpec:
+        """Declare a schedule: a 5- or 6-field ``cron`` (seconds first) or an
+        interval ``every`` ("30s"), in ``timezone``; see docs/how-to/schedules.md.
+        Enqueue options: queue, priority, attempts, timeout, ttl, tenant, metadata.
+        Raises :class:`~conveyor.errors.InvalidSchedule` on anything invalid."""
+        from conveyor.errors import InvalidSchedule
+        from conveyor.scheduler.spec import build_spec
+
+        spec = build_spec(
+            name,
+            task=task,
+            cron=cron,
+            every=every,
+            payload=payload,
+            timezone=timezone,
+            start=start,
+            end=end,
+            limit=limit,
+            misfire=misfire,
+            options=enqueue_options,
+        )
+        if name in self._schedule_specs:
+            raise InvalidSchedule(f"schedule {name!r} is already declared")
+        self._schedule_specs[name] = spec
+        return spec
+
+    @property
+    def schedule_specs(self) -> Mapping[str, ScheduleSpec]:
+        """The schedules this app's code declares, by name."""
+        return self._schedule_specs
+
     def _twin(self) -> Conveyor:
         """A second app with these settings, tasks and queues, for another event loop
         (backends are bound to the loop that opened them)."""
         twin = Conveyor(settings=self.settings)
         twin._tasks, twin._queues, twin._builder = self._tasks, self._queues, self._builder
+        twin._schedule_specs = self._schedule_specs
         return twin
 
     # -- connection -----------------------------------------------------------
@@ -156,15 +215,25 @@ class Conveyor:
         await self.close()
 
     # -- enqueue --------------------------------------------------------------
-    async def enqueue(self, task: str, payload: Any = None, **options: Any) -> Job:
+    async def enqueue(
+        self, task: str, payload: Any = None, *, connection: Any = None, **options: Any
+    ) -> Job:
         """Enqueue one job. Options: delay, run_at, priority, attempts, timeout,
-        idempotency_key, tenant, metadata, queue, ttl, worker."""
-        return (await self.enqueue_many([(task, payload, options)]))[0]
+        idempotency_key, tenant, metadata, queue, ttl, worker. ``connection``: see
+        :meth:`enqueue_many`."""
+        return (await self.enqueue_many([(task, payload, options)], connection=connection))[0]
 
     async def enqueue_many(
-        self, items: Iterable[tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]]
+        self,
+        items: Iterable[tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]],
+        *,
+        connection: Any = None,
     ) -> list[Job]:
-        """Enqueue many jobs in one round trip, atomically: all or none."""
+        """Enqueue many jobs in one round trip, atomically: all or none.
+
+        ``connection``: the caller's own database connection (PostgreSQL: an
+        asyncpg connection or a psycopg 3 ``AsyncConnection``) with a
+        transaction open; the jobs commit or roll back with it."""
         batch = list(items)
         build = self._builder.build
         new_jobs = [
@@ -174,7 +243,15 @@ class Conveyor:
         if not new_jobs:
             return []
         backend = await self.connect()
-        jobs = await backend.enqueue_jobs(new_jobs)
+        if connection is None:
+            jobs = await backend.enqueue_jobs(new_jobs)
+        elif isinstance(backend, TransactionalEnqueue):
+            jobs = await backend.enqueue_jobs_on(connection, new_jobs)
+        else:
+            raise ConfigurationError(
+                f"connection: enqueue inside your own transaction needs the PostgreSQL "
+                f"backend; {type(backend).__name__} ({self.url}) has no transactions to join"
+            )
         listening = self.events.has("enqueued")
         for job in jobs:
             job._app = self
@@ -312,6 +389,13 @@ class Conveyor:
         from conveyor.worker.worker import Worker
 
         return Worker(self, **options)
+
+    def scheduler(self, **options: Any) -> Scheduler:
+        """A scheduler for this app's schedules (``max_sleep``, ``misfire_grace``,
+        ``install_signals``); ``await scheduler.run()`` until ``scheduler.stop()``."""
+        from conveyor.scheduler.scheduler import Scheduler
+
+        return Scheduler(self, **options)
 
     async def drain(
         self, queues: Sequence[str] | None = None, concurrency: int | None = None

@@ -11,7 +11,14 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -45,6 +52,24 @@ def _retention(value: Any) -> int | float | None:
 
 #: ``int`` = keep that many newest; ``float`` = keep that many seconds; ``None`` = keep all.
 Retention = Annotated[int | float | None, BeforeValidator(_retention)]
+
+
+def _optional_duration(value: Any) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    return parse_duration(value)
+
+
+OptionalDuration = Annotated[float | None, BeforeValidator(_optional_duration)]
+
+
+class QueueThreshold(BaseModel):
+    """When ``/health/queues`` calls one queue unhealthy (``None``: the default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_waiting: int | None = Field(None, ge=0)
+    max_age: OptionalDuration = None
 
 
 def _config_file(suffixes: tuple[str, ...]) -> Path | None:
@@ -96,6 +121,24 @@ class Settings(BaseSettings):
     cleanup_interval: Duration = 60.0
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
     sqlite_busy_timeout: Duration = 30.0
+
+    # The HTTP service (``conveyor serve``) and the metrics it reads.
+    min_workers: int = Field(0, ge=0)
+    """``/health/queues`` is 503 while fewer workers than this are alive."""
+    queue_max_waiting: int | None = Field(None, ge=0)
+    """Default waiting-count threshold of every queue (``None``: no threshold)."""
+    queue_max_age: OptionalDuration = None
+    """Default threshold on the age of a queue's oldest due waiting job."""
+    queue_thresholds: dict[str, QueueThreshold] = Field(default_factory=dict)
+    """Per-queue overrides: ``{"emails": {"max_waiting": 5000, "max_age": "10m"}}``."""
+    max_request_bytes: int = Field(2 * 1024 * 1024, ge=1)
+    """Largest HTTP request body the service reads; larger ones get 413."""
+    health_backend_latency: Duration = 0.1
+    """``/health/backend`` is degraded when a ping takes longer than this."""
+    stats_flush_interval: Duration = 5.0
+    """How often a worker stores the counts and durations of its finished runs."""
+    stats_retention: Duration = 2 * 86400.0
+    """Per-minute job statistics older than this are pruned (totals are kept)."""
 
     @field_validator("url")
     @classmethod

@@ -16,6 +16,7 @@ import os
 import sqlite3
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,7 +93,110 @@ class SQLiteKit(BackendKit):
             assert cursor.rowcount == 1, f"no row for job {job_id} in {self.path}"
 
 
-KITS: dict[str, type[BackendKit]] = {kit.name: kit for kit in (MemoryKit, SQLiteKit)}
+def _service_url(var: str, what: str) -> str:
+    """The URL ``scripts/test.sh`` exported; skipped locally, a failure under CI."""
+    url = os.environ.get(var, "").strip()
+    if url:
+        return url
+    message = f"{var} is not set: this test needs a real {what} (run scripts/test.sh)"
+    required = any(
+        os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+        for name in ("CI", "CONVEYOR_REQUIRE_SERVICES")
+    )
+    if required:
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+class RedisKit(BackendKit):
+    """Each test on its own key prefix of the shared server; its keys are
+    deleted afterwards (SCAN on the prefix, never FLUSHDB)."""
+
+    name = "redis"
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path)
+        self.server = _service_url("CONVEYOR_TEST_REDIS_URL", "Redis server")
+        self.prefix = f"t{uuid.uuid4().hex}"
+
+    def url(self) -> str:
+        sep = "&" if "?" in self.server else "?"
+        return f"{self.server}{sep}prefix={self.prefix}"
+
+    def shared_url(self) -> str:
+        return self.url()
+
+    def _client(self) -> Any:
+        import redis.asyncio as aioredis
+
+        return aioredis.Redis.from_url(self.server)
+
+    async def corrupt_payload(self, backend: Backend, job_id: str) -> None:
+        from conveyor.backends.redis.keys import Keys
+
+        client = self._client()
+        try:
+            keys = Keys.for_prefix(self.prefix)
+            key = keys.payload(job_id)
+            assert await client.exists(key) == 1, f"no payload for job {job_id} at {key}"
+            await client.set(key, CORRUPT)
+        finally:
+            await client.aclose()
+
+    async def cleanup(self) -> None:
+        from conveyor.backends.redis.keys import Keys
+
+        client = self._client()
+        try:
+            doomed = [key async for key in client.scan_iter(Keys.for_prefix(self.prefix).pattern())]
+            for start in range(0, len(doomed), 500):
+                await client.delete(*doomed[start : start + 500])
+        finally:
+            await client.aclose()
+
+
+class PostgresKit(BackendKit):
+    """Each test in its own schema of the shared server, dropped (CASCADE) afterwards."""
+
+    name = "postgres"
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path)
+        self.server = _service_url("CONVEYOR_TEST_POSTGRES_URL", "PostgreSQL server")
+        self.schema = f"t_{uuid.uuid4().hex}"
+
+    def url(self) -> str:
+        sep = "&" if "?" in self.server else "?"
+        return f"{self.server}{sep}schema={self.schema}"
+
+    def shared_url(self) -> str:
+        return self.url()
+
+    async def corrupt_payload(self, backend: Backend, job_id: str) -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(self.server)
+        try:
+            status = await conn.execute(
+                f'UPDATE "{self.schema}".jobs SET payload = $1 WHERE id = $2', CORRUPT, job_id
+            )
+        finally:
+            await conn.close()
+        assert status == "UPDATE 1", f"no row for job {job_id} in schema {self.schema}"
+
+    async def cleanup(self) -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(self.server)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        finally:
+            await conn.close()
+
+
+KITS: dict[str, type[BackendKit]] = {
+    kit.name: kit for kit in (MemoryKit, SQLiteKit, RedisKit, PostgresKit)
+}
 
 
 def selected_backends() -> list[str]:

@@ -16,7 +16,11 @@ from conveyor.cli.dlq import dlq_group
 from conveyor.cli.enqueue import enqueue_command
 from conveyor.cli.errors import ConveyorGroup
 from conveyor.cli.jobs import jobs_group
+from conveyor.cli.migrate import migrate_command
 from conveyor.cli.queues import queues_group
+from conveyor.cli.scheduler import scheduler_command
+from conveyor.cli.schedules import schedules_group
+from conveyor.cli.serve import serve_command
 from conveyor.cli.worker import worker_command
 from conveyor.cli.workers import workers_command
 
@@ -40,6 +44,10 @@ for command in (
     dlq_group,
     queues_group,
     workers_command,
+    scheduler_command,
+    schedules_group,
+    serve_command,
+    migrate_command,
 ):
     cli.add_command(command)
 
