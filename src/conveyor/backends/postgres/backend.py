@@ -99,7 +99,7 @@ class PostgresBackend(StatsMixin, base.Backend):
         if start is not None:
             await asyncio.gather(start, return_exceptions=True)
         self._listening = False
-        await self._listener.close()
+        await self._listener.shutdown()
         await self.pool.close()
 
     async def now(self) -> float:

@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 import asyncpg
+
+from conveyor.backends.worksignal import WorkSignal
 
 logger = logging.getLogger("conveyor.backends.postgres")
 
@@ -31,15 +32,14 @@ logger = logging.getLogger("conveyor.backends.postgres")
 RECONNECT_DELAY = 0.5
 
 
-class Listener:
+class Listener(WorkSignal):
     """Waiters by queue set, woken by notifications. Used from one event loop."""
 
     def __init__(self, dsn: str, channel: str, connect_timeout: float) -> None:
+        super().__init__()
         self._dsn = dsn
         self._channel = channel
         self._connect_timeout = connect_timeout
-        self._waiters: dict[asyncio.Future[None], frozenset[str]] = {}
-        self._pending: set[str] = set()
         self._conn: asyncpg.Connection | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._lost: asyncio.Event | None = None
@@ -96,7 +96,8 @@ class Listener:
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: object) -> None:
         self.notify([str(payload)])
 
-    async def close(self) -> None:
+    async def shutdown(self) -> None:
+        """Stop listening and wake every waiter."""
         self._closed = True
         if self._lost is not None:
             self._lost.set()
@@ -109,43 +110,4 @@ class Listener:
         if conn is not None and not conn.is_closed():
             with contextlib.suppress(Exception):
                 await conn.close(timeout=2)
-        self.notify_all()
-        self._pending.clear()
-
-    # -- waiters -------------------------------------------------------------
-
-    def take_pending(self, queues: frozenset[str]) -> bool:
-        """Consume a pending notification for any of ``queues``."""
-        hit = self._pending & queues
-        if hit:
-            self._pending -= hit
-            return True
-        return False
-
-    def add(self, queues: frozenset[str]) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[future] = queues
-        return future
-
-    def remove(self, future: asyncio.Future[None]) -> None:
-        self._waiters.pop(future, None)
-        if not future.done():
-            future.cancel()
-
-    def notify(self, queues: Iterable[str]) -> None:
-        """New work in ``queues``."""
-        names = set(queues)
-        if not names:
-            return
-        woken: set[str] = set()
-        for future, wanted in self._waiters.items():
-            hit = wanted & names
-            if hit and not future.done():
-                future.set_result(None)
-                woken |= hit
-        self._pending |= names - woken
-
-    def notify_all(self) -> None:
-        for future in self._waiters:
-            if not future.done():
-                future.set_result(None)
+        self.close()

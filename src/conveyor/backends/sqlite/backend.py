@@ -30,7 +30,7 @@ from conveyor.backends.sqlite.checkpoint import Checkpointer
 from conveyor.backends.sqlite.connection import WRITER_TUNING, ThreadConnection
 from conveyor.backends.sqlite.migrate import LATEST, migrate, user_version
 from conveyor.backends.sqlite.url import SQLiteOptions, parse_url
-from conveyor.backends.sqlite.wakeup import WorkSignal
+from conveyor.backends.worksignal import WorkSignal
 from conveyor.errors import BackendError
 from conveyor.job import Job
 from conveyor.settings import Settings

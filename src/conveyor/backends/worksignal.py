@@ -1,13 +1,9 @@
-"""In-process wake-ups for ``wait_for_work``.
+"""In-process wake-ups for ``wait_for_work``: waiters by queue set.
 
-Two sources wake a waiting worker:
-
-- this process enqueued or released work: :meth:`WorkSignal.notify` is called
-  on the event loop right after the commit, and wakes the waiters on those
-  queues at once;
-- another process committed: the backend polls ``PRAGMA data_version`` (it
-  changes on every other connection's commit) every few milliseconds while
-  anyone waits, and calls :meth:`WorkSignal.notify_all`.
+A backend calls :meth:`WorkSignal.notify` when work became available in some
+queues (this process committed it, or a notification from the server said
+so) and :meth:`WorkSignal.notify_all` when anything may have changed (SQLite:
+another process committed; PostgreSQL: the LISTEN connection came back).
 
 A notification for a queue nobody waits on is kept as pending, so a worker
 that was between a claim and its next wait does not miss it.
