@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from conveyor.backends.base import Backend, JobFilter
+from conveyor.backends.base import Backend, ClaimRequest, JobFilter
+from conveyor.backends.registry import backend_from_url
 from conveyor.ids import new_id
 from conveyor.job import JobState
+from support.kits import BackendKit
 
 from .helpers import (
     CLOCK_SLACK,
@@ -276,3 +278,29 @@ async def test_claim_stamps_backend_time(backend: Backend) -> None:
     (job,) = (await claim(backend, lease=5)).jobs
     assert job.started_at is not None
     assert abs(job.started_at - now) < CLOCK_SLACK
+
+
+async def test_a_cancelled_claim_leaves_no_job_claimed_by_nobody(kit: BackendKit) -> None:
+    """The caller of a claim is cancelled while it is in flight: whatever the
+    claim took anyway goes back to waiting with its attempt returned, by the
+    time ``close`` returns (not after a lease expiry)."""
+    first = backend_from_url(kit.shared_url())
+    await first.open()
+    await enqueue(first, *(new_job() for _ in range(10)))
+    task = asyncio.create_task(first.claim_jobs(ClaimRequest("w", ["default"], 5, lease=600)))
+    await asyncio.sleep(0)  # the claim is under way
+    task.cancel()
+    try:
+        kept = len((await task).jobs)  # it finished before the cancel: the caller has them
+    except asyncio.CancelledError:
+        kept = 0
+    await first.close()  # waits for the claim in flight and its release
+
+    second = backend_from_url(kit.shared_url())
+    await second.open()
+    try:
+        waiting = await second.list_jobs(JobFilter(states=[JobState.WAITING]))
+        assert len(waiting) == 10 - kept
+        assert {job.attempts for job in waiting} == {0}
+    finally:
+        await second.close()

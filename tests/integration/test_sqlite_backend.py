@@ -1,6 +1,6 @@
 """SQLite-only behaviour the conformance suite cannot see.
 
-URL parsing, busy handling, orphaned claims, cross-process pickup, index-only
+URL parsing, busy handling, cross-process pickup, index-only
 promotion/expiry plans, the batched settle's fallbacks, background checkpoints.
 """
 
@@ -85,28 +85,6 @@ async def test_closed_backend_is_unavailable(tmp_path: Path) -> None:
     await backend.close()
     with pytest.raises(BackendUnavailable):
         await backend.get_jobs(["x"])
-
-
-async def test_a_cancelled_claim_gives_its_jobs_back(tmp_path: Path) -> None:
-    backend = SQLiteBackend(f"sqlite:///{tmp_path}/o.db")
-    await backend.open()
-    await backend.enqueue_jobs([job() for _ in range(10)])
-    request = ClaimRequest(worker_id="w", queues=["q"], limit=5, lease=60)
-    claim = asyncio.create_task(backend.claim_jobs(request))
-    await asyncio.sleep(0)
-    claim.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await claim
-    await backend.close()  # waits for the orphaned claim and its release
-
-    reopened = SQLiteBackend(f"sqlite:///{tmp_path}/o.db")
-    await reopened.open()
-    try:
-        waiting = await reopened.list_jobs(JobFilter(states=[JobState.WAITING]))
-        assert len(waiting) == 10
-        assert {j.attempts for j in waiting} == {0}
-    finally:
-        await reopened.close()
 
 
 def test_promotion_and_expiry_are_index_searches(tmp_path: Path) -> None:

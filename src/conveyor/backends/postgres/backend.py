@@ -20,6 +20,7 @@ import asyncpg
 
 from conveyor import serialization
 from conveyor.backends import base
+from conveyor.backends.claims import ClaimKeeper
 from conveyor.backends.postgres.connection import DRIVER_ERRORS, Pool, raise_typed
 from conveyor.backends.postgres.decode import claim_order, job_from_row
 from conveyor.backends.postgres.migrate import MigrationReport, migrate
@@ -62,8 +63,7 @@ class PostgresBackend(StatsMixin, base.Backend):
         self._lock: asyncio.Lock | None = None
         self._opened = False
         self.migration: MigrationReport | None = None
-        self._claims: set[asyncio.Future[base.ClaimResult]] = set()
-        self._background: set[asyncio.Task[Any]] = set()
+        self._claims = ClaimKeeper(self.settle_jobs, lambda: self.pool.is_open)
 
     def __repr__(self) -> str:
         return f"PostgresBackend(schema={self.options.schema!r})"
@@ -90,10 +90,7 @@ class PostgresBackend(StatsMixin, base.Backend):
             self._opened = True
 
     async def close(self) -> None:
-        while self._claims or self._background:
-            pending: list[asyncio.Future[Any]] = [*self._claims, *self._background]
-            await asyncio.gather(*pending, return_exceptions=True)
-            await asyncio.sleep(0)
+        await self._claims.wait()  # claims in flight, and releases of orphaned ones
         self._opened = False
         start, self._listen_start = self._listen_start, None
         if start is not None:
@@ -129,16 +126,7 @@ class PostgresBackend(StatsMixin, base.Backend):
         return await run_enqueue_on(connection, self.q, jobs)
 
     async def claim_jobs(self, request: base.ClaimRequest) -> base.ClaimResult:
-        claim = asyncio.ensure_future(self._claim(request))
-        self._claims.add(claim)
-        claim.add_done_callback(self._claims.discard)
-        try:
-            return await asyncio.shield(claim)
-        except asyncio.CancelledError:
-            # The caller is gone but the claim may still commit: give its jobs
-            # back at once (attempt returned) rather than let them stall.
-            claim.add_done_callback(self._release_orphans)
-            raise
+        return await self._claims.run(self._claim(request))
 
     async def _claim(self, request: base.ClaimRequest) -> base.ClaimResult:
         caps = request.task_limits
@@ -164,26 +152,6 @@ class PostgresBackend(StatsMixin, base.Backend):
             (claimed if job.state is JobState.ACTIVE else expired).append(job)
         claimed.sort(key=claim_order)
         return base.ClaimResult(claimed, expired)
-
-    def _release_orphans(self, claim: asyncio.Future[base.ClaimResult]) -> None:
-        if claim.cancelled() or claim.exception() is not None:
-            return
-        jobs = claim.result().jobs
-        if not jobs or not self.pool.is_open:
-            return
-        release = [
-            base.Settlement(job.id, job.lease_token or "", base.Outcome.RELEASE, task=job.task)
-            for job in jobs
-        ]
-        task = asyncio.get_running_loop().create_task(self._release(release))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _release(self, release: list[base.Settlement]) -> None:
-        try:
-            await self.settle_jobs(release)
-        except BackendError as exc:  # they will stall and be recovered instead
-            logger.warning("could not release %d orphaned claimed jobs: %s", len(release), exc)
 
     async def renew_leases(
         self, worker_id: str, leases: Sequence[tuple[str, str]], lease: float

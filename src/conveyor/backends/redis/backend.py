@@ -34,6 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from conveyor import serialization
 from conveyor.backends import base
 from conveyor.backends.base import DURATION_BUCKETS
+from conveyor.backends.claims import ClaimKeeper
 from conveyor.backends.redis import decode, records, safety
 from conveyor.backends.redis.connection import FastPackConnection, FastPackSSLConnection
 from conveyor.backends.redis.keys import Keys
@@ -88,6 +89,7 @@ class RedisBackend(base.Backend):
         self._client: Any = None
         self._runner: ScriptRunner | None = None
         self._wake: WakeListener | None = None
+        self._claims = ClaimKeeper(self.settle_jobs, lambda: self._client is not None)
         self._open_lock: asyncio.Lock | None = None
 
     def __repr__(self) -> str:
@@ -199,6 +201,7 @@ class RedisBackend(base.Backend):
         return f"redis {netloc.split('?', 1)[0]} (prefix {self.options.prefix!r})"
 
     async def close(self) -> None:
+        await self._claims.wait()  # claims in flight, and releases of orphaned ones
         wake, self._wake = self._wake, None
         if wake is not None:
             await wake.close()
@@ -363,6 +366,9 @@ class RedisBackend(base.Backend):
 
     # -- claim, leases, settlements ---------------------------------------------
     async def claim_jobs(self, request: base.ClaimRequest) -> base.ClaimResult:
+        return await self._claims.run(self._claim(request))
+
+    async def _claim(self, request: base.ClaimRequest) -> base.ClaimResult:
         queues = list(dict.fromkeys(request.queues))
         argv: list[Any] = [
             request.worker_id,
@@ -381,28 +387,8 @@ class RedisBackend(base.Backend):
             argv += (task, rate.limit, rate.period)
         k = self.keys
         keys = [k.delayed, k.expiring, k.active, k.done("failed")]
-        call = asyncio.ensure_future(self._run("claim", keys, argv))
-        try:
-            claimed, expired = await asyncio.shield(call)
-        except asyncio.CancelledError:
-            # The caller is gone: whatever the script claimed goes straight back.
-            call.add_done_callback(self._release_orphans)
-            raise
+        claimed, expired = await self._run("claim", keys, argv)
         return base.ClaimResult(decode.jobs_from_hashes(claimed), decode.jobs_from_hashes(expired))
-
-    def _release_orphans(self, call: asyncio.Future[Any]) -> None:
-        if call.cancelled() or call.exception() is not None:
-            return
-        claimed, _ = call.result()
-        jobs = decode.jobs_from_hashes(claimed)
-        if not jobs or self._client is None:
-            return
-        releases = [
-            base.Settlement(j.id, j.lease_token or "", base.Outcome.RELEASE, task=j.task)
-            for j in jobs
-        ]
-        task = asyncio.ensure_future(self.settle_jobs(releases))
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def renew_leases(
         self, worker_id: str, leases: Sequence[tuple[str, str]], lease: float

@@ -20,9 +20,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from conveyor.backends import base
+from conveyor.backends.claims import ClaimKeeper
 from conveyor.backends.sqlite import admin, ops
 from conveyor.backends.sqlite import schedules as schedules_sql
 from conveyor.backends.sqlite import stats as stats_sql
@@ -64,9 +64,7 @@ class SQLiteBackend(base.Backend):
         self._opened = False
         self._seen_version: int | None = None
         self._poller: asyncio.Task[None] | None = None
-        self._claims: set[asyncio.Future[base.ClaimResult]] = set()  # in flight
-        self._orphans: set[asyncio.Future[base.ClaimResult]] = set()  # callers gone
-        self._background: set[asyncio.Task[None]] = set()
+        self._claims = ClaimKeeper(self.settle_jobs, lambda: self._writer.is_open)
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.url!r})"
@@ -95,11 +93,7 @@ class SQLiteBackend(base.Backend):
 
     async def close(self) -> None:
         # Let claims in flight finish, and give the jobs of orphaned ones back.
-        while self._claims or self._orphans or self._background:
-            pending: list[asyncio.Future[Any]] = [*self._claims, *self._orphans]
-            pending += self._background
-            await asyncio.gather(*pending, return_exceptions=True)
-            await asyncio.sleep(0)  # let their done-callbacks run
+        await self._claims.wait()
         self._opened = False
         poller, self._poller = self._poller, None
         if poller is not None and not poller.done():
@@ -132,38 +126,7 @@ class SQLiteBackend(base.Backend):
         return created
 
     async def claim_jobs(self, request: base.ClaimRequest) -> base.ClaimResult:
-        claim = self._writer.start_write(ops.claim, request)
-        self._claims.add(claim)
-        claim.add_done_callback(self._claims.discard)
-        try:
-            return await asyncio.shield(claim)
-        except asyncio.CancelledError:
-            # The caller is gone, but the transaction may still commit: give its
-            # jobs back at once (attempt returned) rather than let them stall.
-            self._orphans.add(claim)
-            claim.add_done_callback(self._release_orphans)
-            raise
-
-    def _release_orphans(self, claim: asyncio.Future[base.ClaimResult]) -> None:
-        self._orphans.discard(claim)
-        if claim.cancelled() or claim.exception() is not None:
-            return
-        jobs = claim.result().jobs
-        if not jobs or not self._writer.is_open:
-            return
-        release = [
-            base.Settlement(job.id, job.lease_token or "", base.Outcome.RELEASE, task=job.task)
-            for job in jobs
-        ]
-        task = asyncio.get_running_loop().create_task(self._release(release))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _release(self, release: list[base.Settlement]) -> None:
-        try:
-            await self.settle_jobs(release)
-        except BackendError as exc:  # they will stall and be recovered instead
-            logger.warning("could not release %d orphaned claimed jobs: %s", len(release), exc)
+        return await self._claims.run(self._writer.start_write(ops.claim, request))
 
     async def renew_leases(
         self, worker_id: str, leases: Sequence[tuple[str, str]], lease: float
