@@ -1,4 +1,5 @@
-"""Decoding stored JSON columns into a :class:`Job`, shared by every backend.
+"""Decoding stored JSON columns into a :class:`Job` (and a heartbeat into a
+:class:`WorkerInfo`), shared by every backend.
 
 A column that does not decode never raises here: the job gets ``decode_error``
 and the worker fails it as ``invalid`` while the rest of the batch runs.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from conveyor import serialization
+from conveyor.backends.base import WorkerInfo
 from conveyor.job import ErrorInfo
 
 
@@ -58,3 +60,40 @@ def decode_fields(
 
 def encode_errors(errors: list[ErrorInfo]) -> bytes:
     return serialization.dumps([e.to_dict() for e in errors])
+
+
+def worker_blob(worker: WorkerInfo) -> bytes:
+    """What a heartbeat stores as JSON: everything but the id, ``last_seen`` (the
+    backend's clock stamps it) and ``heartbeat_interval`` (columns of their own)."""
+    info = worker.to_dict()
+    del info["id"], info["last_seen"], info["heartbeat_interval"]
+    return serialization.dumps(info)
+
+
+def worker_from_blob(
+    worker_id: str,
+    blob: bytes | str,
+    last_seen: float,
+    heartbeat_interval: float | None = None,
+) -> WorkerInfo:
+    """A stored heartbeat; a blob that does not decode gives empty fields rather
+    than hiding the worker. ``heartbeat_interval=None``: read it from the blob."""
+    try:
+        data = serialization.loads(blob)
+    except ValueError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    if heartbeat_interval is None:
+        heartbeat_interval = float(data.get("heartbeat_interval", 10.0))
+    return WorkerInfo(
+        id=worker_id,
+        host=str(data.get("host", "")),
+        pid=int(data.get("pid", 0)),
+        queues=[str(q) for q in data.get("queues", [])],
+        concurrency=int(data.get("concurrency", 0)),
+        active=int(data.get("active", 0)),
+        started_at=float(data.get("started_at", 0.0)),
+        last_seen=last_seen,
+        heartbeat_interval=float(heartbeat_interval),
+    )

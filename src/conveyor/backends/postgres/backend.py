@@ -29,6 +29,7 @@ from conveyor.backends.postgres.queries import Queries, for_schema
 from conveyor.backends.postgres.stats import StatsMixin
 from conveyor.backends.postgres.transactional import run_enqueue_on
 from conveyor.backends.postgres.url import PostgresOptions, parse_url
+from conveyor.backends.rows import worker_blob, worker_from_blob
 from conveyor.errors import BackendError, InvalidStateError, JobNotFound
 from conveyor.ids import new_token
 from conveyor.job import TERMINAL_STATES, Job, JobState
@@ -453,41 +454,17 @@ class PostgresBackend(StatsMixin, base.Backend):
     # -- heartbeats ----------------------------------------------------------
 
     async def record_heartbeat(self, worker: base.WorkerInfo) -> None:
-        info = worker.to_dict()
-        del info["id"], info["last_seen"], info["heartbeat_interval"]  # columns of their own
         await self.pool.execute(
             "heartbeat",
             self.q.record_heartbeat,
             worker.id,
-            serialization.dumps(info),
+            worker_blob(worker),
             float(worker.heartbeat_interval),
         )
 
     async def list_workers(self) -> list[base.WorkerInfo]:
-        workers: list[base.WorkerInfo] = []
-        for worker_id, info, last_seen, interval in await self.pool.fetch(
-            "list workers", self.q.list_workers
-        ):
-            try:
-                data = serialization.loads(info)
-            except ValueError:
-                data = {}
-            if not isinstance(data, dict):
-                data = {}
-            workers.append(
-                base.WorkerInfo(
-                    id=worker_id,
-                    host=str(data.get("host", "")),
-                    pid=int(data.get("pid", 0)),
-                    queues=[str(q) for q in data.get("queues", [])],
-                    concurrency=int(data.get("concurrency", 0)),
-                    active=int(data.get("active", 0)),
-                    started_at=float(data.get("started_at", 0.0)),
-                    last_seen=last_seen,
-                    heartbeat_interval=float(interval),
-                )
-            )
-        return workers
+        rows = await self.pool.fetch("list workers", self.q.list_workers)
+        return [worker_from_blob(*row) for row in rows]
 
     async def remove_worker(self, worker_id: str) -> None:
         await self.pool.execute("remove worker", self.q.remove_worker, worker_id)

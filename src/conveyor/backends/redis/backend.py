@@ -41,6 +41,7 @@ from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.scripts import ScriptRunner
 from conveyor.backends.redis.url import RedisOptions, parse_url
 from conveyor.backends.redis.wakeup import WakeListener
+from conveyor.backends.rows import worker_from_blob
 from conveyor.errors import (
     BackendError,
     BackendUnavailable,
@@ -696,24 +697,10 @@ class RedisBackend(base.Backend):
             pipe.zrange(self.keys.workers_seen, 0, -1, withscores=True)
             described, seen = await pipe.execute()
         last_seen = {member.decode(): float(score) for member, score in seen}
-        out: list[base.WorkerInfo] = []
-        for worker_id, raw in sorted(described.items()):
-            info = serialization.loads(raw)
-            wid = worker_id.decode()
-            out.append(
-                base.WorkerInfo(
-                    id=wid,
-                    host=info["host"],
-                    pid=int(info["pid"]),
-                    queues=list(info["queues"]),
-                    concurrency=int(info["concurrency"]),
-                    active=int(info["active"]),
-                    started_at=float(info["started_at"]),
-                    last_seen=last_seen.get(wid, 0.0),
-                    heartbeat_interval=float(info.get("heartbeat_interval", 10.0)),
-                )
-            )
-        return out
+        return [
+            worker_from_blob(wid, raw, last_seen.get(wid, 0.0))
+            for wid, raw in sorted((key.decode(), raw) for key, raw in described.items())
+        ]
 
     async def remove_worker(self, worker_id: str) -> None:
         k = self.keys

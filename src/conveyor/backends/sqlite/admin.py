@@ -12,7 +12,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor import serialization
 from conveyor.backends.base import (
     CircuitInfo,
     CircuitState,
@@ -22,6 +21,7 @@ from conveyor.backends.base import (
     StallResult,
     WorkerInfo,
 )
+from conveyor.backends.rows import worker_blob, worker_from_blob
 from conveyor.backends.sqlite.decode import Row, job_from_row
 from conveyor.backends.sqlite.queries import Q
 from conveyor.errors import InvalidStateError, JobNotFound
@@ -149,28 +149,10 @@ def list_circuits(conn: sqlite3.Connection) -> list[CircuitInfo]:
 
 
 def list_workers(conn: sqlite3.Connection) -> list[WorkerInfo]:
-    workers: list[WorkerInfo] = []
-    for worker_id, info, last_seen, heartbeat_interval in conn.execute(Q.list_workers):
-        try:
-            data = serialization.loads(info)
-        except ValueError:
-            data = {}
-        if not isinstance(data, dict):
-            data = {}
-        workers.append(
-            WorkerInfo(
-                id=worker_id,
-                host=str(data.get("host", "")),
-                pid=int(data.get("pid", 0)),
-                queues=[str(q) for q in data.get("queues", [])],
-                concurrency=int(data.get("concurrency", 0)),
-                active=int(data.get("active", 0)),
-                started_at=float(data.get("started_at", 0.0)),
-                last_seen=last_seen,
-                heartbeat_interval=float(heartbeat_interval),
-            )
-        )
-    return workers
+    return [
+        worker_from_blob(worker_id, info, last_seen, heartbeat_interval)
+        for worker_id, info, last_seen, heartbeat_interval in conn.execute(Q.list_workers)
+    ]
 
 
 def next_due(conn: sqlite3.Connection, queues: list[str]) -> float | None:
@@ -293,11 +275,9 @@ def reset_circuit(conn: sqlite3.Connection, task: str) -> None:
 
 
 def record_heartbeat(conn: sqlite3.Connection, worker: WorkerInfo) -> None:
-    info = worker.to_dict()
-    del info["id"], info["last_seen"], info["heartbeat_interval"]  # columns of their own
     params = {
         "id": worker.id,
-        "info": dumps_str(info),
+        "info": worker_blob(worker).decode(),
         "now": time.time(),
         "heartbeat_interval": float(worker.heartbeat_interval),
     }
