@@ -265,7 +265,9 @@ async def test_progress_reported_before_a_retry_is_kept(stack: Stack) -> None:
 
     app = stack.app()
 
-    @app.task("progress.retry", attempts=2, backoff=Backoff.fixed(0.01))
+    # The backoff outlasts drain(): on a loaded machine a 10 ms one let drain's
+    # last claim run the retry too, and the job was never seen delayed.
+    @app.task("progress.retry", attempts=2, backoff=Backoff.fixed(0.5))
     async def progress_retry(ctx: JobContext) -> str:
         await ctx.progress(ctx.job.attempts * 40, attempt=ctx.job.attempts)
         if ctx.job.attempts == 1:
