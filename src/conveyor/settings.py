@@ -115,6 +115,9 @@ class Settings(BaseSettings):
     """Longest idle wait between claims when no notification arrives."""
     claim_batch: int = Field(200, ge=1)
     """Most jobs one claim takes."""
+    prefetch: int | None = Field(None, ge=0)
+    """Jobs a worker claims ahead of its free slots (``None``: ``concurrency // 2``;
+    0: claim only into free slots)."""
     cancel_grace: Duration = 5.0
     """After a cancel request, how long a running handler may finish cooperatively."""
     worker_queue_ttl: Duration = 300.0

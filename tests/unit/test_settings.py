@@ -227,3 +227,16 @@ def test_settings_are_frozen() -> None:
     s = load_settings()
     with pytest.raises(ValueError, match="frozen"):
         s.concurrency = 3
+
+
+def test_prefetch_is_derived_by_default_and_set_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().prefetch is None  # the worker uses concurrency // 2
+    monkeypatch.setenv("CONVEYOR_PREFETCH", "0")
+    assert load_settings().prefetch == 0
+
+
+def test_prefetch_refuses_a_negative_count() -> None:
+    with pytest.raises(ConfigurationError, match="prefetch"):
+        load_settings(prefetch=-1)

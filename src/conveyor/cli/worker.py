@@ -62,6 +62,11 @@ def setup_logging(level: str) -> None:
     help="Jobs run at once per process (default: the app's setting, 50).",
 )
 @click.option(
+    "--prefetch",
+    type=click.IntRange(0),
+    help="Jobs claimed ahead of free slots (default: the app's setting, concurrency // 2).",
+)
+@click.option(
     "--processes",
     type=click.IntRange(1),
     default=1,
@@ -83,6 +88,7 @@ def worker_command(
     app_spec: str,
     queues: tuple[str, ...],
     concurrency: int | None,
+    prefetch: int | None,
     processes: int,
     burst: bool,
     with_scheduler: bool,
@@ -107,6 +113,8 @@ def worker_command(
             command += ["--queues", ",".join(listen)]
         if concurrency:
             command += ["--concurrency", str(concurrency)]
+        if prefetch is not None:
+            command += ["--prefetch", str(prefetch)]
         if burst:
             command.append("--burst")
         if url:
@@ -118,7 +126,9 @@ def worker_command(
         if with_scheduler:  # one scheduler, in the process that outlives worker crashes
             ctx.exit(asyncio.run(supervise_with_scheduler(app, supervisor)))
         ctx.exit(asyncio.run(supervisor.run()))
-    asyncio.run(run_worker(app, listen, concurrency, burst, supervisor_pid, with_scheduler))
+    asyncio.run(
+        run_worker(app, listen, concurrency, burst, supervisor_pid, with_scheduler, prefetch)
+    )
 
 
 async def run_worker(
@@ -128,9 +138,12 @@ async def run_worker(
     burst: bool,
     supervisor_pid: int | None,
     with_scheduler: bool = False,
+    prefetch: int | None = None,
 ) -> None:
     log_jobs(app)
-    worker = app.worker(queues=queues or None, concurrency=concurrency, burst=burst)
+    worker = app.worker(
+        queues=queues or None, concurrency=concurrency, prefetch=prefetch, burst=burst
+    )
     watchdog = None
     if supervisor_pid is not None:
         watchdog = asyncio.create_task(watch_supervisor(worker.stop, supervisor_pid))

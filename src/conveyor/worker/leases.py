@@ -1,4 +1,5 @@
-"""Keeps the leases of running jobs alive, and stops trusting them when it can't (G4).
+"""Keeps the leases of held jobs (running or prefetched) alive, and stops trusting
+them when it can't (G4).
 
 Every tick it: interrupts jobs whose local lease deadline passed (renewals
 failed for too long: another worker may soon claim them); renews all leases
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 
 from conveyor.backends.base import Backend
 from conveyor.errors import BackendError
@@ -26,13 +27,14 @@ class LeaseKeeper:
         self,
         backend: Backend,
         worker_id: str,
-        active: dict[str, Running],
+        held: Sequence[dict[str, Running]],
         lease: float,
         on_cancel_request: Callable[[str], None],
     ) -> None:
         self._backend = backend
         self._worker_id = worker_id
-        self._active = active
+        #: Running jobs and buffered ones: both hold leases.
+        self._held = held
         self._lease = lease
         self._on_cancel_request = on_cancel_request
         self.renew_every = lease / 3
@@ -44,6 +46,10 @@ class LeaseKeeper:
         # and the lease's end there must be room for at least one check.
         self.watch_tick = min(self.tick, (lease - self.trust_for) / 2)
         self._last_renew = time.monotonic()
+
+    def _runs(self) -> Iterator[Running]:
+        for runs in self._held:
+            yield from runs.values()
 
     def trusted_until(self, sent_at: float) -> float:
         return sent_at + self.trust_for
@@ -62,7 +68,7 @@ class LeaseKeeper:
     async def _upkeep(self) -> None:
         while True:
             await asyncio.sleep(self.tick)
-            if not self._active:
+            if not any(self._held):
                 continue
             now = time.monotonic()
             try:
@@ -76,7 +82,7 @@ class LeaseKeeper:
                 logger.warning("lease upkeep failed, will retry: %s", exc)
 
     def _distrust_expired(self, now: float) -> None:
-        for run in list(self._active.values()):
+        for run in list(self._runs()):
             if run.lease_deadline and now >= run.lease_deadline and run.stop_reason != "lease_lost":
                 logger.error(
                     "lease of job %s could not be renewed in time; cancelling it", run.job.id
@@ -84,7 +90,7 @@ class LeaseKeeper:
                 run.interrupt("lease_lost")
 
     async def _renew(self, sent_at: float) -> None:
-        runs = [r for r in self._active.values() if r.stop_reason != "lease_lost"]
+        runs = [r for r in self._runs() if r.stop_reason != "lease_lost"]
         if not runs:
             return
         result = await self._backend.renew_leases(
@@ -103,14 +109,14 @@ class LeaseKeeper:
             self._on_cancel_request(job_id)
 
     async def _poll_cancels(self) -> None:
-        ids = [job_id for job_id, run in self._active.items() if run.stop_reason is None]
+        ids = [run.job.id for run in self._runs() if run.stop_reason is None]
         if ids:
             for job_id in await self._backend.cancel_requests(ids):
                 self._on_cancel_request(job_id)
 
     async def _save_progress(self) -> None:
         items = []
-        for run in self._active.values():
+        for run in self._runs():
             if run.unsaved_progress is not None:
                 items.append((run.job.id, run.job.lease_token or "", run.unsaved_progress))
                 run.unsaved_progress = None

@@ -1,5 +1,12 @@
 """The worker: claims jobs into free slots and runs them, with side roles.
 
+Prefetch: the worker holds up to ``prefetch`` claimed jobs beyond its slots in
+a buffer, so a slot that frees starts the next job at once while the claim
+loop refills the buffer in the background. Buffered jobs hold leases like
+running ones (renewed, cancellable, distrusted when renewals fail) and count
+against per-task caps; they are released, attempt given back, as soon as the
+worker stops claiming.
+
 Roles: the claim loop (here), the :class:`Executor` (one job), the
 :class:`Acker` (batched outcomes), the :class:`LeaseKeeper`, the
 :class:`Heartbeat`, and maintenance (stall reaper, retention cleaner). Side
@@ -20,9 +27,10 @@ import signal
 import socket
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from conveyor.backends.base import CircuitInfo, ClaimRequest, WorkerInfo
+from conveyor.backends.base import CircuitInfo, ClaimRequest, Outcome, Settlement, WorkerInfo
 from conveyor.context import JobContext
 from conveyor.errors import BackendError, ConveyorError
 from conveyor.job import Job
@@ -44,6 +52,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger("conveyor.worker")
 
 
+def resolve_prefetch(setting: int | None, concurrency: int) -> int:
+    """``None`` (the default) means half the worker's slots: enough to cover a claim
+    round trip at full load (measured), and 0 for a single-slot worker, which keeps
+    strict priority order and never takes a waiting job down with a crashing one."""
+    return concurrency // 2 if setting is None else setting
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"
 
@@ -59,6 +74,7 @@ class Worker:
         *,
         queues: Sequence[str] | None = None,
         concurrency: int | None = None,
+        prefetch: int | None = None,
         burst: bool = False,
         worker_id: str | None = None,
         install_signals: bool = True,
@@ -75,12 +91,19 @@ class Worker:
         self.own_queue = f"worker.{self.id}"
         self.queues: list[str] = [*listen, self.own_queue]
         self.concurrency = concurrency or self.settings.concurrency
+        self.prefetch = resolve_prefetch(
+            prefetch if prefetch is not None else self.settings.prefetch, self.concurrency
+        )
         self.burst = burst
         self.install_signals = install_signals
         self.maintenance = maintenance
         self.processed = 0
         self.active: dict[str, Running] = {}
+        #: Claimed, not started yet (prefetch); ``_next`` holds their order.
+        self.buffered: dict[str, Running] = {}
+        self._next: deque[Running] = deque()
         self.started_at = 0.0
+        #: Jobs held per task (running or buffered): what per-task caps count.
         self._running_by_task: dict[str, int] = {}
         self._executing: set[asyncio.Task[Any]] = set()
         self._stopping = False
@@ -115,7 +138,15 @@ class Worker:
         self._wake.set()
 
     def request_cancel(self, job_id: str) -> None:
-        """Signal a running job to stop; force-cancel it after ``cancel_grace``."""
+        """Signal a running job to stop; force-cancel it after ``cancel_grace``.
+
+        A buffered job never starts: it is settled ``cancelled`` at once.
+        """
+        waiting = self.buffered.pop(job_id, None)
+        if waiting is not None:
+            waiting.stop_reason = "cancel"
+            self._settle_unstarted(waiting, Outcome.CANCEL)
+            return
         run = self.active.get(job_id)
         if run is None or run.stop_reason is not None:
             return
@@ -149,7 +180,11 @@ class Worker:
         self.executor = Executor(app, self.id, threads=self.concurrency)
         self.acker = Acker(backend, self._on_refused, self._on_circuit, self._on_cancelled)
         self.leases = LeaseKeeper(
-            backend, self.id, self.active, self.settings.lease, self.request_cancel
+            backend,
+            self.id,
+            (self.active, self.buffered),
+            self.settings.lease,
+            self.request_cancel,
         )
         heartbeat = Heartbeat(backend, self.describe, self.settings.heartbeat_interval)
         self.stats = StatsReporter(backend, self.settings.stats_flush_interval)
@@ -178,10 +213,11 @@ class Worker:
                     )
             app.events.emit("worker_started", worker_id=self.id)
             logger.info(
-                "worker %s started: queues %s, concurrency %d",
+                "worker %s started: queues %s, concurrency %d, prefetch %d",
                 self.id,
                 ",".join(self.queues),
                 self.concurrency,
+                self.prefetch,
             )
             await self._claim_loop()
         finally:
@@ -239,9 +275,13 @@ class Worker:
         batch_max = self.settings.claim_batch
         failures = 0
         last_claimed = time.monotonic()
+        capacity = self.concurrency + self.prefetch
+        # Refill the buffer in chunks, not one job per finished job: small claims
+        # cost as much as big ones. Idle slots are always filled at once.
+        refill_at = max(1, self.prefetch // 2)
         while not self._stopping:
-            free = self.concurrency - len(self.active)
-            if free <= 0:
+            free = capacity - len(self.active) - len(self.buffered)
+            if free <= 0 or (free < refill_at and len(self.active) >= self.concurrency):
                 self._slot_free.clear()
                 await self._slot_free.wait()  # stop() sets it too; no helper tasks here
                 continue
@@ -261,15 +301,17 @@ class Worker:
                 self.stats.add(job.task, job.queue, "expired", 0.0)
                 self.app.events.emit("expired", job=job)
                 self.app.events.emit("dead", job=job, reason="expired", error=job.error)
-            for job in result.jobs:
-                self._start(job, sent_at)
+            if result.jobs:
+                deadline = self.leases.trusted_until(sent_at)
+                for job in result.jobs:
+                    self._hold(job, deadline)
             if len(result.jobs) >= limit:
                 await asyncio.sleep(0)  # let the batch start before claiming more
                 continue
             if result.jobs:
                 last_claimed = time.monotonic()
             elif self.burst:
-                if not self.active:
+                if not self.active and not self.buffered:
                     # Due jobs held back by a rate limit are still due: wait for
                     # the window to slide, but give up after one idle window.
                     if time.monotonic() - last_claimed > self._rate_window:
@@ -299,12 +341,55 @@ class Worker:
             for waiter in waiters:
                 waiter.cancel()
 
-    def _start(self, job: Job, sent_at: float) -> None:
+    def _hold(self, job: Job, lease_deadline: float) -> None:
+        """A claimed job: start it in a free slot, or buffer it (prefetch)."""
         job._app = self.app
         ctx = JobContext(job, self.id, self._on_progress)
-        run = Running(job, ctx, lease_deadline=self.leases.trusted_until(sent_at))
-        self.active[job.id] = run
+        run = Running(job, ctx, lease_deadline=lease_deadline)
         self._running_by_task[job.task] = self._running_by_task.get(job.task, 0) + 1
+        if len(self.active) < self.concurrency and not self._stopping:
+            self._start(run)
+        else:
+            self.buffered[job.id] = run
+            self._next.append(run)
+
+    def _start_buffered(self) -> None:
+        """Fill free slots from the buffer; jobs whose lease was lost are dropped."""
+        while self._next and len(self.active) < self.concurrency:
+            run = self._next.popleft()
+            if self.buffered.pop(run.job.id, None) is None:
+                continue  # cancelled (and settled) while buffered
+            if run.stop_reason is not None:  # lease lost while buffered: not ours to run
+                self._forget(run)
+                continue
+            self._start(run)
+
+    def _release_buffered(self) -> None:
+        """Give every buffered job back at once (the worker stopped claiming)."""
+        runs = [run for run in self._next if run.job.id in self.buffered]
+        self._next.clear()
+        self.buffered.clear()
+        for run in runs:
+            if run.stop_reason is None:
+                self._settle_unstarted(run, Outcome.RELEASE)
+            else:
+                self._forget(run)
+        if runs:
+            logger.info("released %d prefetched job(s) back to waiting", len(runs))
+
+    def _settle_unstarted(self, run: Running, outcome: Outcome) -> None:
+        job = run.job
+        if outcome is Outcome.CANCEL and self.app.events.has("cancelled"):
+            self.app.events.emit("cancelled", job=job)
+        self.acker.add(Settlement(job.id, job.lease_token or "", outcome, job.task), job)
+        self._forget(run)
+
+    def _forget(self, run: Running) -> None:
+        self._running_by_task[run.job.task] -= 1
+        self._slot_free.set()
+
+    def _start(self, run: Running) -> None:
+        self.active[run.job.id] = run
         task = asyncio.create_task(self._execute(run))
         run.task = task
         self._executing.add(task)
@@ -330,6 +415,8 @@ class Worker:
             del self.active[job.id]
             self._running_by_task[job.task] -= 1
             self.processed += 1
+            if self._next and not self._stopping:
+                self._start_buffered()
             self._slot_free.set()
 
     def _on_progress(self, job: Job, report: dict[str, Any], encoded: bytes) -> None:
@@ -372,6 +459,7 @@ class Worker:
     # -- shutdown ---------------------------------------------------------------
     async def _shutdown(self) -> None:
         self._stopping = True
+        self._release_buffered()
         if self.active and not self._forced.is_set():
             logger.info(
                 "waiting up to %.0fs for %d running job(s)",
