@@ -215,7 +215,10 @@ async def test_server_restart_loses_no_acknowledged_job(
 
     await cluster.wait_until(all_done, 90, lambda: f"jobs not completed: {json.dumps(ids[:3])}")
     assert worker.alive, "the worker process died instead of reconnecting\n" + worker.tail()
-    assert await app.backend.count_jobs(completed) == len(ids)
+    # A call that raised may still have committed (the server died between the
+    # commit and the reply): never more extra jobs than failed calls.
+    stored = await app.backend.count_jobs(completed)
+    assert len(ids) <= stored <= len(ids) + len(errors)
     ran = {run.job_id for run in cluster.runs() if run.pid == worker.pid}
     assert set(ids) <= ran, "the worker that lived through the restart ran every job"
 
