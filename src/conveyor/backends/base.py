@@ -182,6 +182,21 @@ class JobFilter:
     finished_before: float | None = None
     """Only jobs whose ``finished_at`` is before this POSIX time."""
 
+    def only_states(self) -> bool:
+        """Filters by state and nothing else (SQL backends answer it from the
+        per-state partial indexes alone)."""
+        return self.states is not None and all(
+            v is None
+            for v in (
+                self.queue,
+                self.task,
+                self.tenant,
+                self.failure_reason,
+                self.idempotency_key,
+                self.finished_before,
+            )
+        )
+
 
 @dataclass(slots=True)
 class QueueInfo:

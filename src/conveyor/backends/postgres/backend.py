@@ -302,9 +302,9 @@ class PostgresBackend(StatsMixin, base.Backend):
         return [job_from_row(r) for r in rows]
 
     async def count_jobs(self, where: base.JobFilter) -> int:
-        if where.states is not None and _only_states(where):
+        if where.only_states():
             total = 0
-            for state in {JobState(s) for s in where.states}:
+            for state in {JobState(s) for s in where.states or ()}:
                 total += int(await self.pool.fetchval("count", self.q.count_state, state.value))
             return total
         return int(await self.pool.fetchval("count", self.q.count_jobs, *_filter(where)))
@@ -489,18 +489,4 @@ def _filter(where: base.JobFilter) -> tuple[Any, ...]:
         None if where.failure_reason is None else where.failure_reason.value,
         where.idempotency_key,
         where.finished_before,
-    )
-
-
-def _only_states(where: base.JobFilter) -> bool:
-    return all(
-        v is None
-        for v in (
-            where.queue,
-            where.task,
-            where.tenant,
-            where.failure_reason,
-            where.idempotency_key,
-            where.finished_before,
-        )
     )

@@ -10,31 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from importlib import resources
 
-_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
-
-
-def parse_named_blocks(text: str) -> dict[str, str]:
-    """``-- name: x`` blocks of ``text``: name -> SQL, comments dropped."""
-    blocks: dict[str, str] = {}
-    matches = list(_NAME.finditer(text))
-    for match, following in zip(matches, [*matches[1:], None], strict=True):
-        end = following.start() if following else len(text)
-        lines = [
-            line
-            for line in text[match.end() : end].splitlines()
-            if line.strip() and not line.lstrip().startswith("--")
-        ]
-        name = match.group(1)
-        if name in blocks:
-            raise RuntimeError(f"queries.sql: query {name!r} is defined twice")
-        sql = "\n".join(lines).strip().rstrip(";")
-        if not sql:
-            raise RuntimeError(f"queries.sql: query {name!r} is empty")
-        blocks[name] = sql
-    return blocks
+from conveyor.backends.namedsql import parse_named_blocks
 
 
 def substitute(sql: str, schema: str, channel: str) -> str:

@@ -53,20 +53,6 @@ def _filter(where: JobFilter) -> dict[str, Any]:
     }
 
 
-def _only_states(where: JobFilter) -> bool:
-    return where.states is not None and all(
-        v is None
-        for v in (
-            where.queue,
-            where.task,
-            where.tenant,
-            where.failure_reason,
-            where.idempotency_key,
-            where.finished_before,
-        )
-    )
-
-
 # -- reads ---------------------------------------------------------------------
 
 
@@ -89,7 +75,7 @@ def list_jobs(conn: sqlite3.Connection, where: JobFilter, limit: int, offset: in
 
 
 def count_jobs(conn: sqlite3.Connection, where: JobFilter) -> int:
-    if _only_states(where):  # index-only, one partial index per state
+    if where.only_states():  # index-only, one partial index per state
         assert where.states is not None
         total = 0
         for state in {JobState(s) for s in where.states}:

@@ -7,9 +7,10 @@ and still type-check, so values can only ever arrive as bound parameters.
 from __future__ import annotations
 
 import dataclasses
-import re
 from importlib import resources
 from typing import Any, LiteralString, cast
+
+from conveyor.backends.namedsql import parse_named_blocks
 
 #: The columns every job-returning statement selects, in this order (see decode.py).
 JOB_COLUMNS = (
@@ -25,32 +26,6 @@ def trusted_sql(text: str) -> LiteralString:
     as a literal. The one place where file text becomes ``LiteralString``."""
     literal: LiteralString = cast(Any, text)
     return literal
-
-
-_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
-
-
-def parse_named_blocks(text: str) -> dict[str, str]:
-    """``-- name: x`` blocks of ``text``: name -> SQL, without the leading comments."""
-    blocks: dict[str, str] = {}
-    matches = list(_NAME.finditer(text))
-    for match, following in zip(matches, [*matches[1:], None], strict=True):
-        end = following.start() if following else len(text)
-        body = text[match.end() : end]
-        lines = body.strip().splitlines()
-        while lines and (not lines[0].strip() or lines[0].lstrip().startswith("--")):
-            lines.pop(0)
-        # Drop the section rulers and blank lines that trail a block.
-        while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("--")):
-            lines.pop()
-        name = match.group(1)
-        if name in blocks:
-            raise RuntimeError(f"queries.sql: query {name!r} is defined twice")
-        sql = "\n".join(lines).strip()
-        if not sql:
-            raise RuntimeError(f"queries.sql: query {name!r} is empty")
-        blocks[name] = sql
-    return blocks
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ from importlib import resources
 from typing import Any, LiteralString
 
 from conveyor.backends.base import MisfirePolicy, ScheduleRecord, ScheduleSpec
-from conveyor.backends.sqlite.queries import parse_named_blocks, trusted_sql
+from conveyor.backends.namedsql import parse_named_blocks
+from conveyor.backends.sqlite.queries import trusted_sql
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
