@@ -17,6 +17,8 @@ async def nap(ctx: JobContext, seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-@app.task("doomed", attempts=2, backoff=Backoff.fixed(0.01), circuit_threshold=0)
+# No backoff: the retry is due at once, so a --burst worker (which exits when
+# nothing is due) always runs it; a 10 ms delay let a fast worker exit first.
+@app.task("doomed", attempts=2, backoff=Backoff.fixed(0), circuit_threshold=0)
 async def doomed(ctx: JobContext) -> None:
     raise RuntimeError("always")
