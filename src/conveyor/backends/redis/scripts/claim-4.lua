@@ -195,6 +195,6 @@ for first = 1, #payload_keys, 4000 do
 end
 for wk, members in pairs(removed) do call_many('ZREM', wk, members) end
 call_many('ZREM', K_EXPIRING, ids)
-call_many('ZADD', KEYS[3], act)
+add_active(KEYS[3], act)
 flush(counts)
 return {claimed, expired}

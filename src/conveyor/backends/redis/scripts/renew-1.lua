@@ -21,5 +21,5 @@ for i = 3, #ARGV, 2 do
     lost[#lost + 1] = id
   end
 end
-call_many('ZADD', KEYS[1], act)
+add_active(KEYS[1], act)
 return {renewed, lost, cancel}
