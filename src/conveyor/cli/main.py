@@ -10,6 +10,7 @@ from typing import NoReturn
 import click
 
 from conveyor import __version__
+from conveyor.cli.bench import bench_command
 from conveyor.cli.common import url_option
 from conveyor.cli.demo import demo_command
 from conveyor.cli.dlq import dlq_group
@@ -48,6 +49,7 @@ for command in (
     schedules_group,
     serve_command,
     migrate_command,
+    bench_command,
 ):
     cli.add_command(command)
 
