@@ -7,7 +7,7 @@ import time
 
 from conveyor.backends.base import Backend, Outcome
 
-from .helpers import claim_one, enqueue, enqueue_one, new_job, settle_ok
+from .helpers import claim, claim_one, enqueue, enqueue_one, new_job, settle_ok
 
 #: Generous: a backend may poll rather than be notified, but not for seconds.
 PROMPT = 1.5
@@ -66,3 +66,16 @@ async def test_many_waiters_all_wake(backend: Backend) -> None:
     await enqueue_one(backend)
     took = await asyncio.wait_for(asyncio.gather(*waiters), 10)
     assert max(took) < PROMPT
+
+
+async def test_work_that_came_before_the_wait_is_not_slept_through(
+    backend_pair: tuple[Backend, Backend],
+) -> None:
+    # A worker's empty claim, then a job from another producer, then its wait:
+    # the notification came while nobody listened and must still count.
+    producer, worker = backend_pair
+    await worker.wait_for_work(["default"], 0.3)  # listening from here on
+    assert (await claim(worker, ["default"], limit=1)).jobs == []
+    await enqueue_one(producer)
+    await asyncio.sleep(0.1)  # the notification lands while nobody waits
+    assert await timed_wait(worker, ["default"], 5) < 1.0

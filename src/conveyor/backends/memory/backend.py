@@ -239,6 +239,9 @@ class _Store:
         self.rates: dict[str, _RateLog] = {}
         self.workers: dict[str, WorkerInfo] = {}
         self.waiters: dict[asyncio.Future[bool], frozenset[str]] = {}
+        # Queues notified while no waiter on them was listening: a worker between
+        # an empty claim and its next wait must not sleep through that work.
+        self.pending: set[str] = set()
         self.job_stats = JobStatTable()
         self.schedules = ScheduleTable()
 
@@ -332,6 +335,7 @@ class _Store:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
+        unheard = set(wanted)
         for future, listening in list(self.waiters.items()):
             if future.done():
                 continue
@@ -339,12 +343,22 @@ class _Store:
             if not (work or timer):
                 continue
             loop = future.get_loop()
+            if loop.is_closed():
+                self.waiters.pop(future, None)
+                continue
+            if work:
+                unheard -= listening
             if loop is running:
                 _wake(future, work)
-            elif loop.is_closed():
-                self.waiters.pop(future, None)
             else:
                 loop.call_soon_threadsafe(_wake, future, work)
+        if not everyone:
+            self.pending |= unheard
+
+    def take_pending(self, queues: frozenset[str]) -> bool:
+        hit = self.pending & queues
+        self.pending -= hit
+        return bool(hit)
 
     def next_due(self) -> float | None:
         while (
@@ -1005,6 +1019,8 @@ class MemoryBackend(Backend):
         listening = frozenset(queues)
         while True:
             with store.lock:
+                if store.take_pending(listening):
+                    return
                 remaining = deadline - loop.time()
                 due = store.next_due()
                 if due is not None:
