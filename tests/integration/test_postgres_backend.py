@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from conveyor.backends.base import ClaimRequest, NewJob
 from conveyor.backends.postgres import PostgresBackend
+from conveyor.backends.postgres.migrate import LATEST
 from conveyor.backends.postgres.url import parse_url
 from conveyor.cli.main import cli
 from conveyor.errors import BackendUnavailable, ConfigurationError
@@ -152,16 +153,17 @@ def test_conveyor_migrate(postgres_url: str, schema: str) -> None:
     try:
         first = runner.invoke(cli, ["--url", url, "migrate"])
         assert first.exit_code == 0, first.output
-        assert "migrated from version 0 to 1" in first.output
+        assert f"migrated from version 0 to {LATEST}" in first.output
         assert "0001_initial.sql" in first.output
+        assert "0002_claim_generic_plan.sql" in first.output
         again = runner.invoke(cli, ["--url", url, "migrate", "--json"])
         assert again.exit_code == 0, again.output
         report = json.loads(again.output)
         assert report == {
             "backend": "postgresql",
             "schema": schema,
-            "version_before": 1,
-            "version": 1,
+            "version_before": LATEST,
+            "version": LATEST,
             "applied": [],
         }
     finally:

@@ -86,7 +86,8 @@ async def catalog(conn: asyncpg.Connection, schema: str) -> dict[str, Any]:
         ),
         "functions": await rows(
             "SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),"
-            " p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " p.prosrc, coalesce(array_to_string(p.proconfig, ','), '')"
+            " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
             " WHERE n.nspname = $1"
         ),
     }
