@@ -256,3 +256,18 @@ def test_url_works_on_the_group_and_on_the_subcommand(cli: Cli, tmp_path: Path) 
     assert [job["id"] for job in cli.json("jobs", "list", "--url", cli.url)] == [job_id]
     # the subcommand's --url wins over the group's
     assert cli.json("--url", "memory://", "jobs", "list", "--url", cli.url)[0]["id"] == job_id
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_the_worker_runs_on_the_loop_asked_for(cli: Cli, loop: str) -> None:
+    job_id = cli.enqueue("add", {"a": 20, "b": 22})
+
+    done = cli.run("worker", APP, "--burst", "--loop", loop, "--log-level", "info")
+
+    assert f"loop {loop}" in done.stderr
+    assert cli.job(job_id)["result"] == 42
+
+
+def test_the_default_loop_is_uvloop_when_installed(cli: Cli) -> None:
+    done = cli.run("worker", APP, "--burst", "--log-level", "info")
+    assert "loop uvloop" in done.stderr

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from conveyor import loops
 from conveyor.app import Conveyor
 from conveyor.cli.common import split_list, state, url_option
 from conveyor.cli.errors import CommandFailed
 from conveyor.cli.loading import load_app
 from conveyor.durations import format_duration
 from conveyor.job import ErrorInfo, Job
+from conveyor.loops import LOOP_NAMES, resolve_loop
 from conveyor.worker.worker import WorkerCrashed
 
 if TYPE_CHECKING:
@@ -79,6 +81,15 @@ def setup_logging(level: str) -> None:
     is_flag=True,
     help="Also fire the app's schedules in this process (with --processes: in the supervisor).",
 )
+@click.option(
+    "--loop",
+    "loop_name",
+    type=click.Choice(LOOP_NAMES),
+    default="auto",
+    show_default=True,
+    envvar="CONVEYOR_LOOP",
+    help="Event loop: auto = uvloop when installed (pip install 'conveyor[uvloop]'), else asyncio.",
+)
 @click.option("--log-level", type=LEVELS, default="info", show_default=True)
 @click.option("--supervisor-pid", type=int, hidden=True)
 @url_option
@@ -92,6 +103,7 @@ def worker_command(
     processes: int,
     burst: bool,
     with_scheduler: bool,
+    loop_name: str,
     log_level: str,
     supervisor_pid: int | None,
 ) -> None:
@@ -103,6 +115,7 @@ def worker_command(
     url = state().url
     app = load_app(app_spec, url)
     app.backend  # noqa: B018  # builds (does not open) the backend: a bad URL fails here, once
+    resolve_loop(loop_name)  # uvloop asked for but missing: fail before anything starts
     listen = split_list(queues)
     setup_logging(log_level)
     if processes > 1:
@@ -119,15 +132,17 @@ def worker_command(
             command.append("--burst")
         if url:
             command += ["--url", url]
-        command += ["--log-level", log_level, "--supervisor-pid", str(os.getpid())]
+        command += ["--loop", loop_name, "--log-level", log_level]
+        command += ["--supervisor-pid", str(os.getpid())]
         supervisor = Supervisor(
             command, processes, shutdown_timeout=app.settings.shutdown_timeout, burst=burst
         )
         if with_scheduler:  # one scheduler, in the process that outlives worker crashes
-            ctx.exit(asyncio.run(supervise_with_scheduler(app, supervisor)))
-        ctx.exit(asyncio.run(supervisor.run()))
-    asyncio.run(
-        run_worker(app, listen, concurrency, burst, supervisor_pid, with_scheduler, prefetch)
+            ctx.exit(loops.run(supervise_with_scheduler(app, supervisor), loop_name))
+        ctx.exit(loops.run(supervisor.run(), loop_name))
+    loops.run(
+        run_worker(app, listen, concurrency, burst, supervisor_pid, with_scheduler, prefetch),
+        loop_name,
     )
 
 

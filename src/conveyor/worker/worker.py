@@ -34,6 +34,7 @@ from conveyor.backends.base import CircuitInfo, ClaimRequest, Outcome, Settlemen
 from conveyor.context import JobContext
 from conveyor.errors import BackendError, ConveyorError
 from conveyor.job import Job
+from conveyor.loops import loop_name
 from conveyor.maintenance.periodic import every
 from conveyor.maintenance.retention import RetentionCleaner
 from conveyor.maintenance.stalls import StallReaper
@@ -213,11 +214,12 @@ class Worker:
                     )
             app.events.emit("worker_started", worker_id=self.id)
             logger.info(
-                "worker %s started: queues %s, concurrency %d, prefetch %d",
+                "worker %s started: queues %s, concurrency %d, prefetch %d, loop %s",
                 self.id,
                 ",".join(self.queues),
                 self.concurrency,
                 self.prefetch,
+                loop_name(),
             )
             await self._claim_loop()
         finally:
