@@ -82,6 +82,7 @@ def test_processes_with_burst_exit_once_drained(cli: Cli, tmp_path: Path) -> Non
     results = {job["id"]: job["result"] for job in cli.json("jobs", "list")}
     assert [results[job_id] for job_id in job_ids] == [2 * n for n in range(6)]
     assert log.read_text().count("finished its burst") == 2
+    assert log.read_text().count("loop uvloop") == 2  # the children got the loop (auto)
 
 
 def test_a_second_signal_kills_the_children(cli: Cli, tmp_path: Path) -> None:

@@ -138,8 +138,10 @@ def worker_command(
             command, processes, shutdown_timeout=app.settings.shutdown_timeout, burst=burst
         )
         if with_scheduler:  # one scheduler, in the process that outlives worker crashes
-            ctx.exit(loops.run(supervise_with_scheduler(app, supervisor), loop_name))
-        ctx.exit(loops.run(supervisor.run(), loop_name))
+            ctx.exit(loops.run(supervise_with_scheduler(app, supervisor), "asyncio"))
+        # The supervisor only waits on its children: it keeps the standard loop,
+        # whose subprocesses support process groups (uvloop's do not).
+        ctx.exit(loops.run(supervisor.run(), "asyncio"))
     loops.run(
         run_worker(app, listen, concurrency, burst, supervisor_pid, with_scheduler, prefetch),
         loop_name,
