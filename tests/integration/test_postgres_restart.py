@@ -89,7 +89,10 @@ class OwnServer:
         self.as_user: list[str] = []
         if os.geteuid() == 0:
             shutil.chown(self.dir, "postgres")
-            self.as_user = ["runuser", "-u", "postgres", "--"]
+            # runuser lives in sbin, which a minimal PATH (cron, env -i) leaves out.
+            runuser = shutil.which("runuser", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+            assert runuser, "runuser (util-linux) is needed to run PostgreSQL as root"
+            self.as_user = [runuser, "-u", "postgres", "--"]
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     def _run(self, *argv: str) -> None:
