@@ -15,12 +15,34 @@ import asyncio
 from collections.abc import Iterable
 
 
+class PendingQueues:
+    """Queues notified while nobody listening to them waited: the next wait on
+    one of them returns at once instead of sleeping through that work."""
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+
+    def add(self, names: Iterable[str]) -> None:
+        self._names.update(names)
+
+    def take(self, queues: frozenset[str]) -> bool:
+        """Consume the pending notifications for ``queues``; True if there were any."""
+        hit = self._names & queues
+        if hit:
+            self._names -= hit
+            return True
+        return False
+
+    def clear(self) -> None:
+        self._names.clear()
+
+
 class WorkSignal:
     """Waiters by queue set. Used from the event loop thread only."""
 
     def __init__(self) -> None:
         self._waiters: dict[asyncio.Future[None], frozenset[str]] = {}
-        self._pending: set[str] = set()
+        self._pending = PendingQueues()
 
     @property
     def has_waiters(self) -> bool:
@@ -28,11 +50,7 @@ class WorkSignal:
 
     def take_pending(self, queues: frozenset[str]) -> bool:
         """Consume a pending notification for any of ``queues``."""
-        hit = self._pending & queues
-        if hit:
-            self._pending -= hit
-            return True
-        return False
+        return self._pending.take(queues)
 
     def add(self, queues: frozenset[str]) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -55,7 +73,7 @@ class WorkSignal:
             if hit and not future.done():
                 future.set_result(None)
                 woken |= hit
-        self._pending |= names - woken
+        self._pending.add(names - woken)
 
     def notify_all(self) -> None:
         """Something changed somewhere (another process committed): wake everyone."""

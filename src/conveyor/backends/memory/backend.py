@@ -54,6 +54,7 @@ from conveyor.backends.base import (
 from conveyor.backends.memory.schedules import ScheduleTable
 from conveyor.backends.memory.stats import JobStatTable
 from conveyor.backends.rows import decode_fields
+from conveyor.backends.worksignal import PendingQueues
 from conveyor.errors import (
     BackendError,
     BackendUnavailable,
@@ -241,7 +242,7 @@ class _Store:
         self.waiters: dict[asyncio.Future[bool], frozenset[str]] = {}
         # Queues notified while no waiter on them was listening: a worker between
         # an empty claim and its next wait must not sleep through that work.
-        self.pending: set[str] = set()
+        self.pending = PendingQueues()
         self.job_stats = JobStatTable()
         self.schedules = ScheduleTable()
 
@@ -353,12 +354,7 @@ class _Store:
             else:
                 loop.call_soon_threadsafe(_wake, future, work)
         if not everyone:
-            self.pending |= unheard
-
-    def take_pending(self, queues: frozenset[str]) -> bool:
-        hit = self.pending & queues
-        self.pending -= hit
-        return bool(hit)
+            self.pending.add(unheard)
 
     def next_due(self) -> float | None:
         while (
@@ -1019,7 +1015,7 @@ class MemoryBackend(Backend):
         listening = frozenset(queues)
         while True:
             with store.lock:
-                if store.take_pending(listening):
+                if store.pending.take(listening):
                     return
                 remaining = deadline - loop.time()
                 due = store.next_due()

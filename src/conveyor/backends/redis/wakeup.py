@@ -19,6 +19,8 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from conveyor.backends.worksignal import PendingQueues
+
 logger = logging.getLogger("conveyor.backends.redis")
 
 #: A future's result: True = new work, False = re-check the next due time.
@@ -30,7 +32,7 @@ class WakeListener:
         self._make_client = make_client
         self._channel = channel
         self._waiters: dict[Waiter, frozenset[str]] = {}
-        self._pending: set[str] = set()
+        self._pending = PendingQueues()
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
         self._closed = False
@@ -50,11 +52,7 @@ class WakeListener:
                 await asyncio.wait_for(self._subscribed.wait(), timeout)
 
     def take_pending(self, queues: frozenset[str]) -> bool:
-        hit = self._pending & queues
-        if hit:
-            self._pending -= hit
-            return True
-        return False
+        return self._pending.take(queues)
 
     def add(self, queues: frozenset[str]) -> Waiter:
         future: Waiter = asyncio.get_running_loop().create_future()
@@ -79,7 +77,7 @@ class WakeListener:
                     future.set_result(True)
                     woken = True
             if not woken:
-                self._pending.add(name)
+                self._pending.add((name,))
         else:
             work = kind == "a"
             for future in self._waiters:
