@@ -147,6 +147,26 @@ async def test_the_claim_walks_the_claim_index(backend: PostgresBackend, postgre
     assert all("jobs_claim" in p and "Seq Scan on jobs" not in p for p in chosen), chosen
 
 
+async def test_only_the_claim_commits_without_waiting_for_the_flush(
+    backend: PostgresBackend, postgres_url: str
+) -> None:
+    """A lost claim only makes a job run again; a lost enqueue would lose it."""
+    await backend.enqueue_jobs([_job()])
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        async with conn.transaction():
+            rows = await conn.fetch(
+                backend.q.claim, ["default"], 10, 30.0, "w", "t", None, None, None, None, None, True
+            )
+            assert len(rows) == 1
+            assert await conn.fetchval("SHOW synchronous_commit") == "off"
+        assert await conn.fetchval("SHOW synchronous_commit") == "on"  # this transaction only
+    finally:
+        await conn.close()
+    for name in ("enqueue", "enqueue_plain", "settle", "renew"):
+        assert "synchronous_commit" not in getattr(backend.q, name), name
+
+
 def test_conveyor_migrate(postgres_url: str, schema: str) -> None:
     url = f"{postgres_url}?schema={schema}"
     runner = CliRunner()

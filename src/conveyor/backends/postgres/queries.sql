@@ -20,8 +20,14 @@ SELECT * FROM __schema__.enqueue_plain($1::text[], $2::bytea[], $3::text, $4::te
     $5::integer, $6::integer, $7::float8);
 
 -- name: claim
-SELECT * FROM __schema__.claim($1::text[], $2::integer, $3::float8, $4::text, $5::text,
-    $6::text[], $7::integer[], $8::text[], $9::integer[], $10::float8[], $11::boolean);
+-- The claim commits without waiting for its WAL flush (this transaction only).
+-- A claim lost to a server crash puts its jobs back to waiting, as if the
+-- worker had died: they run again, which at-least-once delivery allows, and
+-- the worker's outcome for them is refused (its lease is gone). Enqueues and
+-- outcomes still wait for the flush. Saves an fsync per pickup.
+SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS s,
+    __schema__.claim($1::text[], $2::integer, $3::float8, $4::text, $5::text,
+    $6::text[], $7::integer[], $8::text[], $9::integer[], $10::float8[], $11::boolean) AS c;
 
 -- name: settle
 SELECT * FROM __schema__.settle($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[],
