@@ -79,6 +79,12 @@ class ClaimRequest:
     circuit_tasks: bool = True
     """Honour circuit state: skip tasks whose circuit is open; admit one trial
     job when its open period has passed (half-open)."""
+    handoff_for: float = 0.0
+    """Backends that hand off (:attr:`Backend.hands_off`): when the claim comes
+    back short, keep this request for this many seconds, so that an enqueue
+    claims new work for the worker directly (:meth:`Backend.next_handoff`).
+    Each claim replaces it; 0 registers nothing. Only for requests without
+    ``task_limits`` and ``rate_limits`` (stored once, they would go stale)."""
 
 
 @dataclass(slots=True)
@@ -87,6 +93,15 @@ class ClaimResult:
     """Claimed jobs: ``active``, attempts counted, sharing one fresh lease token."""
     expired: list[Job] = field(default_factory=list)
     """Jobs this claim moved to ``failed``/``expired`` because their TTL passed."""
+
+
+@dataclass(slots=True)
+class Handoff:
+    """Jobs an enqueue claimed for an idle worker (see ``ClaimRequest.handoff_for``)."""
+
+    result: ClaimResult
+    age: float
+    """Seconds since the claim: the lease started that long before delivery."""
 
 
 class Outcome(enum.StrEnum):
@@ -435,6 +450,20 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
         """Return when new work may be due in ``queues``, or after ``timeout``."""
+
+    #: Whether enqueues claim for idle workers (``ClaimRequest.handoff_for``).
+    hands_off: bool = False
+
+    async def next_handoff(self, worker_id: str, timeout: float) -> list[Handoff] | None:
+        """Wait up to ``timeout`` for jobs handed to ``worker_id`` ([] if none came);
+        ``None`` once :meth:`end_handoffs` was called for it. One caller per worker."""
+        raise NotImplementedError(f"{type(self).__name__} does not hand off")
+
+    async def end_handoffs(self, worker_id: str, lease: float) -> ClaimResult:
+        """Unregister ``worker_id``; returns the jobs handed to it and not yet
+        popped (leased to it for ``lease`` seconds from now: the caller releases
+        them), and ends its ``next_handoff``."""
+        raise NotImplementedError(f"{type(self).__name__} does not hand off")
 
     # -- jobs: reading and acting ------------------------------------------
     @abc.abstractmethod

@@ -30,7 +30,14 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from conveyor.backends.base import CircuitInfo, ClaimRequest, Outcome, Settlement, WorkerInfo
+from conveyor.backends.base import (
+    CircuitInfo,
+    ClaimRequest,
+    ClaimResult,
+    Outcome,
+    Settlement,
+    WorkerInfo,
+)
 from conveyor.context import JobContext
 from conveyor.errors import BackendError, ConveyorError
 from conveyor.job import Job
@@ -51,6 +58,9 @@ if TYPE_CHECKING:
     from conveyor.app import Conveyor
 
 logger = logging.getLogger("conveyor.worker")
+
+#: How long one wait for handed-off jobs blocks (seconds); the shutdown ends it sooner.
+HANDOFF_POP_TIMEOUT = 5.0
 
 
 def resolve_prefetch(setting: int | None, concurrency: int) -> int:
@@ -124,6 +134,9 @@ class Worker:
         }
         #: In burst mode, how long an empty claim may wait on a rate limit's window.
         self._rate_window = max((r.period for r in self._rate_limited.values()), default=0.0)
+        #: Direct handoff (backends that support it): decided in run().
+        self._handoff = False
+        self._handoff_task: asyncio.Task[None] | None = None
 
     # -- control ----------------------------------------------------------------
     def stop(self, force: bool = False) -> None:
@@ -212,6 +225,14 @@ class Worker:
                         "retention",
                         every(self.settings.cleanup_interval, cleaner.run_once, "retention"),
                     )
+            # Enqueues claim for this worker while it is idle: it gets new work
+            # without a claim round trip. Caps and rate limits are per claim, so
+            # a stored request would go stale: those workers are woken instead.
+            self._handoff = (
+                backend.hands_off and not self.burst and not self._capped and not self._rate_limited
+            )
+            if self._handoff:
+                self._handoff_task = self._side("handoffs", self._receive_handoffs())
             app.events.emit("worker_started", worker_id=self.id)
             logger.info(
                 "worker %s started: queues %s, concurrency %d, prefetch %d, loop %s",
@@ -243,15 +264,18 @@ class Worker:
             heartbeat_interval=self.settings.heartbeat_interval,
         )
 
-    def _side(self, name: str, coro: Coroutine[Any, Any, Any]) -> None:
+    def _side(self, name: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=f"conveyor {name}")
         task.add_done_callback(lambda t: self._side_done(name, t))
         self._side_tasks.append(task)
+        return task
 
     def _side_done(self, name: str, task: asyncio.Task[Any]) -> None:
         if task.cancelled() or self._crash is not None:
             return
         exc = task.exception()
+        if exc is None and self._stopping:
+            return  # a role that ends with the shutdown (handoffs)
         logger.critical("worker role %r died: %r; stopping the worker", name, exc)
         self._crash = exc or RuntimeError(f"{name} returned")
         self.app.events.emit("error", error=self._crash, where=name)
@@ -270,6 +294,9 @@ class Worker:
             lease=self.settings.lease,
             task_limits=task_limits,
             rate_limits=self._rate_limited,
+            # Outlives the poll interval: an idle worker claims (and so
+            # registers again) at least that often.
+            handoff_for=self.settings.poll_interval + 1.0 if self._handoff else 0.0,
         )
 
     async def _claim_loop(self) -> None:
@@ -299,14 +326,7 @@ class Worker:
                 logger.warning("claim failed (retrying in %.2fs): %s", delay, exc)
                 await self._wait_for(asyncio.sleep(delay), None)
                 continue
-            for job in result.expired:
-                self.stats.add(job.task, job.queue, "expired", 0.0)
-                self.app.events.emit("expired", job=job)
-                self.app.events.emit("dead", job=job, reason="expired", error=job.error)
-            if result.jobs:
-                deadline = self.leases.trusted_until(sent_at)
-                for job in result.jobs:
-                    self._hold(job, deadline)
+            self._take(result, sent_at)
             if len(result.jobs) >= limit:
                 await asyncio.sleep(0)  # let the batch start before claiming more
                 continue
@@ -329,6 +349,55 @@ class Worker:
                 poll = min(poll, 0.05)
             self._slot_free.clear()
             await self._wait_for(backend.wait_for_work(self.queues, poll), self._slot_free.wait())
+
+    def _take(self, result: ClaimResult, sent_at: float) -> None:
+        """A claim's (or a handoff's) outcome; their leases started at ``sent_at``."""
+        for job in result.expired:
+            self.stats.add(job.task, job.queue, "expired", 0.0)
+            self.app.events.emit("expired", job=job)
+            self.app.events.emit("dead", job=job, reason="expired", error=job.error)
+        if result.jobs:
+            deadline = self.leases.trusted_until(sent_at)
+            for job in result.jobs:
+                self._hold(job, deadline)
+
+    async def _receive_handoffs(self) -> None:
+        """Jobs enqueues claimed for this worker while it was idle; ends with
+        ``end_handoffs`` at shutdown. Such jobs may come while a claim of the
+        worker is in flight: it then holds a few more than its slots (buffered)."""
+        backend = self.app.backend
+        failures = 0
+        while True:
+            try:
+                handed = await backend.next_handoff(self.id, HANDOFF_POP_TIMEOUT)
+                failures = 0
+            except (BackendError, OSError) as exc:
+                failures += 1
+                delay = min(0.05 * 2**failures, 5.0)
+                logger.warning("handoff pop failed (retrying in %.2fs): %s", delay, exc)
+                await asyncio.sleep(delay)
+                continue
+            if handed is None:
+                return
+            received = time.monotonic()
+            for handoff in handed:
+                self._take(handoff.result, received - handoff.age)
+
+    async def _end_handoffs(self) -> None:
+        """No more handoffs: the ones not popped yet are held (then released)."""
+        task = self._handoff_task
+        if task is None:
+            return
+        try:
+            self._take(
+                await self.app.backend.end_handoffs(self.id, self.settings.lease), time.monotonic()
+            )
+        except (BackendError, OSError) as exc:
+            # The registration runs out by itself; jobs already handed are
+            # recovered as stalled when their leases end.
+            logger.warning("could not end handoffs: %s", exc)
+            return
+        await asyncio.wait({task}, timeout=HANDOFF_POP_TIMEOUT)
 
     async def _wait_for(
         self, first: Coroutine[Any, Any, Any], second: Coroutine[Any, Any, Any] | None
@@ -461,6 +530,7 @@ class Worker:
     # -- shutdown ---------------------------------------------------------------
     async def _shutdown(self) -> None:
         self._stopping = True
+        await self._end_handoffs()
         self._release_buffered()
         if self.active and not self._forced.is_set():
             logger.info(

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import msgpack
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
@@ -90,6 +91,10 @@ class RedisBackend(base.Backend):
         self._client: Any = None
         self._runner: ScriptRunner | None = None
         self._wake: WakeListener | None = None
+        #: Per worker: the connection that pops its inbox (next_handoff), and
+        #: the workers whose handoffs ended.
+        self._inbox_clients: dict[str, Any] = {}
+        self._inboxes_ended: set[str] = set()
         self._claims = ClaimKeeper(self.settle_jobs, lambda: self._client is not None)
         self._open_lock: asyncio.Lock | None = None
 
@@ -136,11 +141,12 @@ class RedisBackend(base.Backend):
         return aioredis.Redis.from_url(self.options.client_url, **kwargs)
 
     @contextlib.asynccontextmanager
-    async def _errors(self, what: str) -> AsyncIterator[None]:
+    async def _errors(self, what: str, blocking: float = 0.0) -> AsyncIterator[None]:
         """Redis and network errors as conveyor's typed errors; at most
-        ``socket_timeout`` seconds, then :class:`BackendUnavailable`."""
+        ``socket_timeout`` seconds (plus ``blocking``, a blocking command's own
+        timeout), then :class:`BackendUnavailable`."""
         try:
-            async with asyncio.timeout(self.options.socket_timeout):
+            async with asyncio.timeout(self.options.socket_timeout + blocking):
                 yield
         except _UNAVAILABLE as exc:
             await self._drop_idle_connections()
@@ -206,6 +212,10 @@ class RedisBackend(base.Backend):
         wake, self._wake = self._wake, None
         if wake is not None:
             await wake.close()
+        inbox_clients, self._inbox_clients = self._inbox_clients, {}
+        for inbox_client in inbox_clients.values():
+            with contextlib.suppress(Exception):
+                await inbox_client.aclose()
         client, self._client = self._client, None
         self._runner = None
         if client is not None:
@@ -377,6 +387,7 @@ class RedisBackend(base.Backend):
             request.lease,
             new_token(),
             1 if request.circuit_tasks else 0,
+            request.handoff_for,
             len(queues),
             *queues,
             len(request.task_limits),
@@ -389,6 +400,45 @@ class RedisBackend(base.Backend):
         k = self.keys
         keys = [k.delayed, k.expiring, k.active, k.done("failed")]
         claimed, expired = await self._run("claim", keys, argv)
+        return base.ClaimResult(decode.jobs_from_hashes(claimed), decode.jobs_from_hashes(expired))
+
+    # -- direct handoff ------------------------------------------------------------
+    hands_off = True
+
+    async def next_handoff(self, worker_id: str, timeout: float) -> list[base.Handoff] | None:
+        self._ready()
+        if worker_id in self._inboxes_ended:
+            self._inboxes_ended.discard(worker_id)
+            return None
+        client = self._inbox_clients.get(worker_id)
+        if client is None:
+            client = self._inbox_clients[worker_id] = self._make_listener_client()
+        async with self._errors("handoff", blocking=timeout):
+            # TIME right after the pop: how long ago each handoff's lease started.
+            pipe = client.pipeline(transaction=False)
+            pipe.blmpop(timeout, 1, self.keys.inbox(worker_id), direction="LEFT", count=10_000)
+            pipe.time()
+            popped, (seconds, micros) = await pipe.execute()
+        if popped is None:
+            return []
+        now = int(seconds) + int(micros) / 1_000_000
+        handed: list[base.Handoff] = []
+        for packed in popped[1]:
+            if not packed:  # end_handoffs: what came before it is still delivered
+                self._inboxes_ended.add(worker_id)
+                break
+            at, claimed, expired = msgpack.unpackb(packed, raw=True)
+            result = base.ClaimResult(
+                decode.jobs_from_hashes(claimed), decode.jobs_from_hashes(expired)
+            )
+            handed.append(base.Handoff(result, max(0.0, now - float(at))))
+        if not handed and worker_id in self._inboxes_ended:
+            self._inboxes_ended.discard(worker_id)
+            return None
+        return handed
+
+    async def end_handoffs(self, worker_id: str, lease: float) -> base.ClaimResult:
+        claimed, expired = await self._run("handoff-end", [self.keys.active], [worker_id, lease])
         return base.ClaimResult(decode.jobs_from_hashes(claimed), decode.jobs_from_hashes(expired))
 
     async def renew_leases(

@@ -134,6 +134,18 @@ class Keys:
         """HASH: job statistics of one minute."""
         return f"{self.base}sm:{minute}"
 
+    def idle(self, queue: str) -> str:
+        """ZSET worker id by registration end: ``queue``'s idle workers (direct handoff)."""
+        return f"{self.base}idle:{queue}"
+
+    def idle_worker(self, worker_id: str) -> str:
+        """HASH: an idle worker's claim request (free, lease, token, circuits, queues)."""
+        return f"{self.base}iw:{worker_id}"
+
+    def inbox(self, worker_id: str) -> str:
+        """LIST: jobs enqueues claimed for an idle worker, packed, until it pops them."""
+        return f"{self.base}inbox:{worker_id}"
+
     def pattern(self) -> str:
         """SCAN MATCH pattern of every key of this app."""
         return self.base.replace("[", "\\[").replace("?", "\\?").replace("*", "\\*") + "*"

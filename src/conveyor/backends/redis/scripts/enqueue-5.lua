@@ -4,6 +4,9 @@
 -- KEYS[3] expiring   waiting jobs with a TTL, by expires_at
 -- KEYS[4] queues     every queue name seen
 -- KEYS[5] wake       (channel) wake-up notifications
+-- New waiting jobs go first to the queue's idle workers (direct handoff: claimed
+-- for them, pushed to their inboxes); the queue's wake-up is published only
+-- when some of them are still waiting.
 -- ARGV[1] key prefix; ARGV[2] number of jobs n; then n groups of 15:
 --   id, task, queue, payload, priority, max_attempts, timeout|'', delay,
 --   run_at|'', ttl|'', idempotency_key|'', idempotency_ttl, tenant|'',
@@ -67,6 +70,7 @@ local all = {}
 local woken = {}
 local timer = false
 local waits, expiring, delayed, payloads, dups = {}, {}, {}, {}, {}
+local queue_waits = {}
 local out = {'ok', fmt(now)}
 local nowtext = fmt(now)
 for i = 1, n do
@@ -124,6 +128,9 @@ for i = 1, n do
         list = {}
         waits[wk] = list
         redis.call('SADD', wtkey(q), t)
+        local wks = queue_waits[q]
+        if not wks then wks = {}; queue_waits[q] = wks end
+        wks[#wks + 1] = wk
       end
       list[#list + 1] = -(tonumber(pr) or 0)
       list[#list + 1] = wmember(run_at, id)
@@ -163,8 +170,15 @@ for wk, list in pairs(waits) do call_many('ZADD', wk, list) end
 call_many('ZADD', K_EXPIRING, expiring)
 call_many('ZADD', K_DELAYED, delayed)
 for q, _ in pairs(counts) do redis.call('SADD', K_QUEUES, q) end
+-- Idle workers get the new work straight away, claimed for them (one hop less
+-- than waking them to claim); the others are woken for what is left.
+for q, _ in pairs(woken) do
+  woken[q] = hand_off(now, q, queue_waits[q], counts)
+end
 flush(counts)
 for i, id in pairs(dups) do out[i] = {'d', job_row(id)} end
-for q, _ in pairs(woken) do redis.call('PUBLISH', K_WAKE, 'q:' .. q) end
+for q, left in pairs(woken) do
+  if left then redis.call('PUBLISH', K_WAKE, 'q:' .. q) end
+end
 if timer then redis.call('PUBLISH', K_WAKE, 't:') end
 return out

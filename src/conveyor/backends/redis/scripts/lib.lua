@@ -17,6 +17,11 @@ local function circuitkey(t) return PFX .. 'circuit:' .. t end
 local function donekey(s) return PFX .. 'done:' .. s end
 local function schedkey(n) return PFX .. 'sched:' .. n end
 local function minutekey(m) return PFX .. 'sm:' .. m end
+-- Direct handoff (see claim_for's callers): the idle workers of a queue, one
+-- idle worker's claim request, and the jobs claimed for it, not yet taken.
+local function idlekey(q) return PFX .. 'idle:' .. q end
+local function iwkey(w) return PFX .. 'iw:' .. w end
+local function inboxkey(w) return PFX .. 'inbox:' .. w end
 local K_ALL = PFX .. 'all'
 local K_DELAYED = PFX .. 'delayed'
 local K_EXPIRING = PFX .. 'expiring'
@@ -140,4 +145,279 @@ local function job_row(id)
   row[#row + 1] = 'p'
   row[#row + 1] = redis.call('GET', pkey(id))
   return row
+end
+
+-- The claim itself, shared by claim-4 (a worker asks) and enqueue-5 (a direct
+-- handoff to an idle worker): promote due delayed jobs, expire waiting jobs past
+-- their TTL, then claim up to `limit` due jobs of `queues`, priority DESC,
+-- run_at ASC, id ASC, within per-task caps, circuits and rate limits. Bumps
+-- `counts`; returns the claimed rows and the expired rows ({field, value...}).
+local function claim_for(now, worker, limit, lease, token, circuits_on, queues, caps, rates, counts)
+  local nowtext = fmt(now)
+
+  -- 1. promote delayed jobs that are due (a bounded slice per call)
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, 1000)
+  for _, id in ipairs(due) do
+    local key = jkey(id)
+    local f = redis.call('HMGET', key, 'q', 't', 'pr', 'ra', 'ex', 's')
+    if f[6] == 'delayed' then
+      redis.call('HSET', key, 's', 'waiting')
+      enter_waiting(id, f[1], f[2], f[3], f[4], f[5])
+      bump(counts, f[1], 'delayed', 'waiting')
+    end
+  end
+  call_many('ZREM', K_DELAYED, due)
+
+  -- 2. expire waiting jobs past their TTL (G8: an expired job never starts)
+  local expired = {}
+  local gone = redis.call('ZRANGEBYSCORE', K_EXPIRING, '-inf', now, 'LIMIT', 0, 1000)
+  for _, id in ipairs(gone) do
+    local key = jkey(id)
+    local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'a')
+    if f[1] == 'waiting' then
+      redis.call('ZREM', wkey(f[2], f[3]), wmember(f[5], id))
+      redis.call('HSET', key, 's', 'failed', 'fr', 'expired', 'fa', nowtext)
+      append_error(key, json_error('Expired', 'queue TTL expired', f[6], 'expired', now))
+      redis.call('ZADD', donekey('failed'), now, id)
+      bump(counts, f[2], 'waiting', 'failed')
+      expired[#expired + 1] = job_row(id)
+    end
+  end
+  call_many('ZREM', K_EXPIRING, gone)
+
+  local claimed = {}
+  if limit <= 0 then return claimed, expired end
+
+  -- 3. what each task may take in this claim: cap, circuit, rate limit
+  local budgets = {}
+  local trials = {}
+  local function budget_of(t)
+    local b = budgets[t]
+    if b then return b end
+    b = caps[t] or limit
+    if circuits_on then
+      local c = redis.call('HMGET', circuitkey(t), 'state', 'open_until')
+      if c[1] and c[1] ~= 'closed' then
+        if c[2] and tonumber(c[2]) > now then
+          b = 0
+        else
+          b = math.min(b, 1)
+          trials[t] = true
+        end
+      end
+    end
+    local rate = rates[t]
+    if rate then
+      local rk = ratekey(t)
+      redis.call('ZREMRANGEBYSCORE', rk, '-inf', now - rate[2])
+      b = math.min(b, rate[1] - redis.call('ZCARD', rk))
+    end
+    if b < 0 then b = 0 end
+    budgets[t] = b
+    return b
+  end
+
+  -- 4. candidates: the heads of each (queue, task) set the claim may take from
+  local cands = {}
+  local sources = 0
+  local seen_q = {}
+  for _, q in ipairs(queues) do
+    if not seen_q[q] and redis.call('HGET', qckey(q), 'paused') ~= '1' then
+      seen_q[q] = true
+      for _, t in ipairs(redis.call('SMEMBERS', wtkey(q))) do
+        local b = budget_of(t)
+        if b > 0 then
+          local wk = wkey(q, t)
+          local head = redis.call('ZRANGE', wk, 0, math.min(b, limit) - 1, 'WITHSCORES')
+          if #head == 0 then
+            redis.call('SREM', wtkey(q), t)
+          else
+            sources = sources + 1
+            for i = 1, #head, 2 do
+              cands[#cands + 1] = {tonumber(head[i + 1]), head[i], q, t, wk}
+            end
+          end
+        end
+      end
+    end
+  end
+  if sources > 1 then
+    table.sort(cands, function(x, y)
+      if x[1] ~= y[1] then return x[1] < y[1] end
+      return x[2] < y[2]
+    end)
+  end
+
+  -- 5. claim in that order within each task's budget
+  local lease_until = now + lease
+  local lutext = fmt(lease_until)
+  local removed = {}
+  local payload_keys = {}
+  local act = {}
+  local ids = {}
+  for _, c in ipairs(cands) do
+    if #ids >= limit then break end
+    local t = c[4]
+    if budgets[t] > 0 then
+      budgets[t] = budgets[t] - 1
+      local member = c[2]
+      local id = string.sub(member, 18)
+      local key = jkey(id)
+      local r = removed[c[5]]
+      if not r then r = {}; removed[c[5]] = r end
+      r[#r + 1] = member
+      -- Read the row once, then write the changes and patch the copy we return.
+      local row = redis.call('HGETALL', key)
+      local attempts = 1
+      for i = 1, #row, 2 do
+        local name = row[i]
+        if name == 'a' then
+          attempts = tonumber(row[i + 1]) + 1
+          row[i + 1] = attempts
+        elseif name == 's' then
+          row[i + 1] = 'active'
+        end
+      end
+      redis.call('HSET', key, 'a', attempts, 's', 'active', 'lu', lutext, 'lt', token, 'w', worker,
+        'sa', nowtext)
+      local n_ = #row
+      row[n_ + 1] = 'lu'; row[n_ + 2] = lutext
+      row[n_ + 3] = 'lt'; row[n_ + 4] = token
+      row[n_ + 5] = 'w'; row[n_ + 6] = worker
+      row[n_ + 7] = 'sa'; row[n_ + 8] = nowtext
+      row[n_ + 9] = 'id'; row[n_ + 10] = id
+      payload_keys[#payload_keys + 1] = pkey(id)
+      act[#act + 1] = lease_until
+      act[#act + 1] = id
+      ids[#ids + 1] = id
+      bump(counts, c[3], 'waiting', 'active')
+      if trials[t] then
+        local ck = circuitkey(t)
+        local open_for = tonumber(redis.call('HGET', ck, 'open_for')) or 0
+        redis.call('HSET', ck, 'state', 'half_open', 'open_until', fmt(now + open_for))
+        trials[t] = nil
+      end
+      local rate = rates[t]
+      if rate then
+        local rk = ratekey(t)
+        redis.call('ZADD', rk, now, id .. ':' .. token)
+        redis.call('PEXPIRE', rk, math.ceil(rate[2] * 1000) + 1000)
+      end
+      claimed[#claimed + 1] = row
+    end
+  end
+  for first = 1, #payload_keys, 4000 do
+    local last = math.min(first + 3999, #payload_keys)
+    local payloads = redis.call('MGET', unpack(payload_keys, first, last))
+    for i = first, last do
+      local row = claimed[i]
+      row[#row + 1] = 'p'
+      row[#row + 1] = payloads[i - first + 1]
+    end
+  end
+  for wk, members in pairs(removed) do call_many('ZREM', wk, members) end
+  call_many('ZREM', K_EXPIRING, ids)
+  add_active(K_ACTIVE, act)
+  return claimed, expired
+end
+
+-- An idle worker: its claim request, stored so that an enqueue can claim for it
+-- (claim_for) and push the rows to its inbox. Registered for `ttl` seconds by a
+-- claim that came back short; each claim replaces it; a worker that died stops
+-- being offered work when the registration runs out.
+local function unregister_idle(worker)
+  local key = iwkey(worker)
+  local queues = redis.call('HGET', key, 'queues')
+  if not queues then return end
+  for _, q in ipairs(cjson.decode(queues)) do redis.call('ZREM', idlekey(q), worker) end
+  redis.call('DEL', key)
+end
+
+local function register_idle(now, worker, free, lease, token, circuits_on, queues, ttl)
+  local circuits = '0'
+  if circuits_on then circuits = '1' end
+  local key = iwkey(worker)
+  redis.call('HSET', key, 'free', free, 'lease', fmt(lease), 'token', token,
+    'circuits', circuits, 'queues', cjson.encode(queues))
+  redis.call('PEXPIRE', key, math.ceil(ttl * 1000))
+  for _, q in ipairs(queues) do redis.call('ZADD', idlekey(q), now + ttl, worker) end
+end
+
+-- Hand new work of queue `q` to its idle workers, until none is left or every
+-- live registration is used. Returns true when waiting jobs of `q` remain in
+-- `wks` (the queue's (queue, task) sets the caller filled).
+local function hand_off(now, q, wks, counts)
+  local idle = idlekey(q)
+  redis.call('ZREMRANGEBYSCORE', idle, '-inf', '(' .. fmt(now))
+  local function left()
+    for _, wk in ipairs(wks) do
+      if redis.call('ZCARD', wk) > 0 then return true end
+    end
+    return false
+  end
+  for _, worker in ipairs(redis.call('ZRANGE', idle, 0, 15)) do
+    if not left() then return false end
+    local key = iwkey(worker)
+    local r = redis.call('HMGET', key, 'free', 'lease', 'token', 'circuits', 'queues')
+    if not r[1] then
+      redis.call('ZREM', idle, worker)
+    else
+      local free = tonumber(r[1])
+      local n = redis.call('HINCRBY', key, 'n', 1)
+      local claimed, expired = claim_for(now, worker, free, tonumber(r[2]), r[3] .. '.' .. n,
+        r[4] == '1', cjson.decode(r[5]), {}, {}, counts)
+      if #claimed > 0 or #expired > 0 then
+        local inbox = inboxkey(worker)
+        redis.call('RPUSH', inbox, cmsgpack.pack({fmt(now), claimed, expired}))
+        -- Unclaimed leftovers of a worker that died go with its leases.
+        redis.call('PEXPIRE', inbox, math.ceil(tonumber(r[2]) * 2000))
+      end
+      if #claimed >= free then unregister_idle(worker)
+      else redis.call('HSET', key, 'free', free - #claimed) end
+    end
+  end
+  return left()
+end
+
+-- Take up to `limit` of the jobs handed to `worker` that it has not popped yet:
+-- rows still active under the handoff's lease get a lease from `now` (as if
+-- claimed now); any beyond `limit` go back to the inbox, still the worker's.
+local function take_inbox(now, worker, lease, limit)
+  local inbox = inboxkey(worker)
+  local items = redis.call('LRANGE', inbox, 0, -1)
+  local claimed, expired = {}, {}
+  if #items == 0 then return claimed, expired end
+  redis.call('DEL', inbox)
+  local lutext = fmt(now + lease)
+  local act = {}
+  for _, packed in ipairs(items) do
+    if packed ~= '' then
+      local item = cmsgpack.unpack(packed)
+      for _, row in ipairs(item[2]) do
+        local fields = {}
+        for i = 1, #row, 2 do fields[row[i]] = i + 1 end
+        local id = row[fields['id']]
+        local f = redis.call('HMGET', jkey(id), 's', 'lt')
+        if f[1] == 'active' and f[2] == row[fields['lt']] then
+          redis.call('HSET', jkey(id), 'lu', lutext)
+          row[fields['lu']] = lutext
+          act[#act + 1] = now + lease
+          act[#act + 1] = id
+          claimed[#claimed + 1] = row
+        end
+      end
+      for _, row in ipairs(item[3]) do expired[#expired + 1] = row end
+    end
+  end
+  add_active(K_ACTIVE, act)
+  if #claimed > limit then
+    local rest = {}
+    for i = limit + 1, #claimed do
+      rest[#rest + 1] = claimed[i]
+      claimed[i] = nil
+    end
+    redis.call('LPUSH', inbox, cmsgpack.pack({fmt(now), rest, {}}))
+    redis.call('PEXPIRE', inbox, math.ceil(lease * 2000))
+  end
+  return claimed, expired
 end

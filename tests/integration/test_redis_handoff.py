@@ -1,0 +1,261 @@
+"""Direct handoff on Redis: an enqueue claims new work for an idle worker and
+pushes it to the worker's inbox, so the worker starts it without a claim of its
+own. The claim rules (priority, paused queues, delays, free slots) are the
+claim's own; what is tested here is who gets what, and that nothing is lost
+between the inbox, the worker's next claim and its shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+from redis_servers import key_pattern
+
+from conveyor import Conveyor, JobContext
+from conveyor.backends.base import ClaimRequest, Handoff, NewJob
+from conveyor.backends.redis import RedisBackend
+from conveyor.ids import new_ids
+from conveyor.job import JobState
+from conveyor.worker.worker import Worker
+
+WORKER = "w1"
+
+
+def _jobs(count: int, **options: object) -> list[NewJob]:
+    return [
+        NewJob(id=job_id, task="t", queue="default", payload=b"{}", **options)  # type: ignore[arg-type]
+        for job_id in new_ids(count)
+    ]
+
+
+def _idle(limit: int = 10, handoff_for: float = 5.0, worker: str = WORKER) -> ClaimRequest:
+    return ClaimRequest(worker, ["default"], limit, 30.0, handoff_for=handoff_for)
+
+
+@pytest.fixture
+async def backend(redis_url: str) -> AsyncIterator[RedisBackend]:
+    prefix = f"t{uuid.uuid4().hex}"
+    opened = RedisBackend(f"{redis_url}?prefix={prefix}")
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+        client = aioredis.Redis.from_url(redis_url)
+        keys = [key async for key in client.scan_iter(key_pattern(prefix))]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    opened = aioredis.Redis.from_url(redis_url)
+    yield opened
+    await opened.aclose()
+
+
+async def _pop(backend: RedisBackend, timeout: float = 1.0) -> list[Handoff]:
+    handed = await backend.next_handoff(WORKER, timeout)
+    assert handed is not None
+    return handed
+
+
+async def test_an_idle_worker_is_handed_new_jobs_claimed_for_it(
+    backend: RedisBackend, client: aioredis.Redis
+) -> None:
+    assert (await backend.claim_jobs(_idle(limit=10))).jobs == []
+    jobs = _jobs(3)
+    await backend.enqueue_jobs(jobs)
+    handed = await _pop(backend)
+    assert len(handed) == 1
+    got = handed[0].result.jobs
+    assert [j.id for j in got] == [j.id for j in jobs]
+    assert all(j.state is JobState.ACTIVE and j.worker_id == WORKER for j in got)
+    assert all(j.attempts == 1 and j.lease_token for j in got)
+    assert 0 <= handed[0].age < 1
+    stored = await backend.get_jobs([j.id for j in jobs])
+    assert {j.state for j in stored} == {JobState.ACTIVE}
+    # The registration keeps the slots left over.
+    assert await client.hget(backend.keys.idle_worker(WORKER), "free") == b"7"
+
+
+async def test_no_more_than_the_free_slots_are_handed(
+    backend: RedisBackend, client: aioredis.Redis
+) -> None:
+    await backend.claim_jobs(_idle(limit=2))
+    jobs = _jobs(5)
+    await backend.enqueue_jobs(jobs)
+    handed = await _pop(backend)
+    assert [j.id for h in handed for j in h.result.jobs] == [j.id for j in jobs[:2]]
+    states = [j.state for j in await backend.get_jobs([j.id for j in jobs[2:]])]
+    assert states == [JobState.WAITING] * 3
+    assert await client.zcard(backend.keys.idle("default")) == 0  # full: unregistered
+    assert await client.exists(backend.keys.idle_worker(WORKER)) == 0
+
+
+async def test_the_highest_priority_is_handed_first(backend: RedisBackend) -> None:
+    await backend.claim_jobs(_idle(limit=1))
+    low, high = _jobs(1)[0], _jobs(1, priority=5)[0]
+    await backend.enqueue_jobs([low, high])
+    handed = await _pop(backend)
+    assert [j.id for h in handed for j in h.result.jobs] == [high.id]
+
+
+async def test_paused_queues_and_delayed_jobs_are_not_handed(backend: RedisBackend) -> None:
+    await backend.claim_jobs(_idle())
+    later = _jobs(1, delay=60.0)
+    await backend.enqueue_jobs(later)
+    await backend.set_queue_paused("default", True)
+    paused = _jobs(2)
+    await backend.enqueue_jobs(paused)
+    assert await _pop(backend, timeout=0.2) == []
+    stored = {j.id: j.state for j in await backend.get_jobs([j.id for j in later + paused])}
+    assert stored == {
+        later[0].id: JobState.DELAYED,
+        paused[0].id: JobState.WAITING,
+        paused[1].id: JobState.WAITING,
+    }
+
+
+async def test_a_claim_without_handoff_for_registers_nothing(backend: RedisBackend) -> None:
+    await backend.claim_jobs(_idle(handoff_for=0))
+    jobs = _jobs(1)
+    await backend.enqueue_jobs(jobs)
+    assert await _pop(backend, timeout=0.2) == []
+    assert (await backend.get_jobs([jobs[0].id]))[0].state is JobState.WAITING
+
+
+async def test_the_registration_runs_out(backend: RedisBackend) -> None:
+    """A worker that died stops being offered work."""
+    await backend.claim_jobs(_idle(handoff_for=0.2))
+    await asyncio.sleep(0.4)
+    jobs = _jobs(1)
+    await backend.enqueue_jobs(jobs)
+    assert await _pop(backend, timeout=0.2) == []
+    assert (await backend.get_jobs([jobs[0].id]))[0].state is JobState.WAITING
+
+
+async def test_the_next_claim_takes_what_was_not_popped_and_counts_it(
+    backend: RedisBackend,
+) -> None:
+    await backend.claim_jobs(_idle(limit=10))
+    handed = _jobs(2)
+    await backend.enqueue_jobs(handed)  # into the inbox, not popped
+    waiting = _jobs(5)
+    await backend.enqueue_jobs(waiting)  # handed too: 8 slots were free
+    claim = await backend.claim_jobs(_idle(limit=4))
+    ids = [j.id for j in claim.jobs]
+    assert ids == [j.id for j in handed + waiting][:4]
+    assert all(j.state is JobState.ACTIVE for j in claim.jobs)
+    # What the inbox held beyond the limit is still this worker's: nothing is
+    # lost, and nothing is handed twice.
+    rest = await backend.claim_jobs(_idle(limit=10))
+    assert [j.id for j in rest.jobs] == [j.id for j in handed + waiting][4:]
+    assert await _pop(backend, timeout=0.2) == []
+
+
+async def test_end_handoffs_returns_the_jobs_not_popped_and_ends_the_pop(
+    backend: RedisBackend,
+) -> None:
+    await backend.claim_jobs(_idle())
+    jobs = _jobs(2)
+    await backend.enqueue_jobs(jobs)
+    left = await backend.end_handoffs(WORKER, 30.0)
+    assert [j.id for j in left.jobs] == [j.id for j in jobs]
+    assert await backend.next_handoff(WORKER, 1.0) is None
+    after = _jobs(1)
+    await backend.enqueue_jobs(after)  # no longer registered: it waits
+    assert (await backend.get_jobs([after[0].id]))[0].state is JobState.WAITING
+
+
+async def test_a_pop_in_progress_ends_at_once(backend: RedisBackend) -> None:
+    await backend.claim_jobs(_idle())
+    pop = asyncio.create_task(backend.next_handoff(WORKER, 5.0))
+    await asyncio.sleep(0.1)
+    await backend.end_handoffs(WORKER, 30.0)
+    assert await asyncio.wait_for(pop, 2.0) in ([], None)
+    if pop.result() == []:
+        assert await backend.next_handoff(WORKER, 1.0) is None
+
+
+async def test_a_worker_starts_jobs_handed_to_it_and_unregisters_on_stop(
+    redis_url: str, client: aioredis.Redis
+) -> None:
+    prefix = f"t{uuid.uuid4().hex}"
+    app = Conveyor(f"{redis_url}?prefix={prefix}", poll_interval="5s")
+    started: list[str] = []
+
+    @app.task("t")
+    async def record(ctx: JobContext) -> None:
+        started.append(ctx.job.id)
+
+    backend = await app.connect()
+    assert isinstance(backend, RedisBackend)
+    delivered: list[str] = []
+    pop = backend.next_handoff
+
+    async def counting_pop(worker_id: str, timeout: float) -> list[Handoff] | None:
+        handed = await pop(worker_id, timeout)
+        delivered.extend(j.id for h in handed or [] for j in h.result.jobs)
+        return handed
+
+    backend.next_handoff = counting_pop  # type: ignore[method-assign]
+    worker = Worker(app, queues=["default"], concurrency=4, install_signals=False)
+    running = asyncio.create_task(worker.run())
+    try:
+        for _ in range(50):
+            if await client.zcard(backend.keys.idle("default")):
+                break
+            await asyncio.sleep(0.05)
+        ids = []
+        for _ in range(3):
+            job = await app.enqueue("t")
+            ids.append(job.id)
+            for _ in range(100):
+                if job.id in started:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)  # the worker claims again (and registers) after each
+        assert started == ids
+        assert delivered == ids  # each came through the inbox, not a claim
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 10)
+        assert await client.zcard(backend.keys.idle("default")) == 0
+        await app.close()
+        keys = [key async for key in client.scan_iter(key_pattern(prefix))]
+        if keys:
+            await client.delete(*keys)
+
+
+async def test_a_worker_with_capped_tasks_is_woken_not_handed_work(
+    redis_url: str, client: aioredis.Redis
+) -> None:
+    prefix = f"t{uuid.uuid4().hex}"
+    app = Conveyor(f"{redis_url}?prefix={prefix}", poll_interval="5s")
+    done = asyncio.Event()
+
+    @app.task("t", concurrency=1)
+    async def capped(ctx: JobContext) -> None:
+        done.set()
+
+    backend = await app.connect()
+    assert isinstance(backend, RedisBackend)
+    worker = Worker(app, queues=["default"], concurrency=4, install_signals=False)
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.sleep(0.3)
+        assert await client.zcard(backend.keys.idle("default")) == 0
+        await app.enqueue("t")
+        await asyncio.wait_for(done.wait(), 2.0)  # woken by the notification
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 10)
+        await app.close()
+        keys = [key async for key in client.scan_iter(key_pattern(prefix))]
+        if keys:
+            await client.delete(*keys)
