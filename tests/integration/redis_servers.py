@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
 from conveyor.backends.redis.keys import base_for
 
@@ -166,3 +167,14 @@ def _cluster_ok(port: int) -> bool:
 
 def key_pattern(prefix: str) -> str:
     return base_for(prefix) + "*"
+
+
+async def delete_prefix(url: str, prefix: str) -> None:
+    """Delete every key of the app ``prefix`` on the server at ``url``."""
+    client = aioredis.Redis.from_url(url)
+    try:
+        keys = [key async for key in client.scan_iter(key_pattern(prefix))]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()

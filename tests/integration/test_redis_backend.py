@@ -18,7 +18,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from redis.crc import key_slot
-from redis_servers import RedisServer, free_port, key_pattern
+from redis_servers import RedisServer, delete_prefix, free_port, key_pattern
 
 from conveyor import serialization
 from conveyor.backends.base import (
@@ -53,11 +53,7 @@ async def shared(redis_url: str) -> AsyncIterator[tuple[RedisBackend, str]]:
         yield backend, prefix
     finally:
         await backend.close()
-        client = aioredis.Redis.from_url(redis_url)
-        keys = [key async for key in client.scan_iter(key_pattern(prefix))]
-        if keys:
-            await client.delete(*keys)
-        await client.aclose()
+        await delete_prefix(redis_url, prefix)
 
 
 # -- URL options -------------------------------------------------------------------

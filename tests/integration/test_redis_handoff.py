@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
-from redis_servers import key_pattern
+from redis_servers import delete_prefix
 
 from conveyor import Conveyor, JobContext
 from conveyor.backends.base import ClaimRequest, Handoff, NewJob
@@ -36,19 +36,19 @@ def _idle(limit: int = 10, handoff_for: float = 5.0, worker: str = WORKER) -> Cl
 
 
 @pytest.fixture
-async def backend(redis_url: str) -> AsyncIterator[RedisBackend]:
+async def url(redis_url: str) -> AsyncIterator[str]:
+    """The shared server, on a fresh prefix (its keys deleted after)."""
     prefix = f"t{uuid.uuid4().hex}"
-    opened = RedisBackend(f"{redis_url}?prefix={prefix}")
+    yield f"{redis_url}?prefix={prefix}"
+    await delete_prefix(redis_url, prefix)
+
+
+@pytest.fixture
+async def backend(url: str) -> AsyncIterator[RedisBackend]:
+    opened = RedisBackend(url)
     await opened.open()
-    try:
-        yield opened
-    finally:
-        await opened.close()
-        client = aioredis.Redis.from_url(redis_url)
-        keys = [key async for key in client.scan_iter(key_pattern(prefix))]
-        if keys:
-            await client.delete(*keys)
-        await client.aclose()
+    yield opened
+    await opened.close()
 
 
 @pytest.fixture
@@ -183,10 +183,9 @@ async def test_a_pop_in_progress_ends_at_once(backend: RedisBackend) -> None:
 
 
 async def test_a_worker_starts_jobs_handed_to_it_and_unregisters_on_stop(
-    redis_url: str, client: aioredis.Redis
+    url: str, client: aioredis.Redis
 ) -> None:
-    prefix = f"t{uuid.uuid4().hex}"
-    app = Conveyor(f"{redis_url}?prefix={prefix}", poll_interval="5s")
+    app = Conveyor(url, poll_interval="5s")
     started: list[str] = []
 
     @app.task("t")
@@ -227,16 +226,12 @@ async def test_a_worker_starts_jobs_handed_to_it_and_unregisters_on_stop(
         await asyncio.wait_for(running, 10)
         assert await client.zcard(backend.keys.idle("default")) == 0
         await app.close()
-        keys = [key async for key in client.scan_iter(key_pattern(prefix))]
-        if keys:
-            await client.delete(*keys)
 
 
 async def test_a_worker_with_capped_tasks_is_woken_not_handed_work(
-    redis_url: str, client: aioredis.Redis
+    url: str, client: aioredis.Redis
 ) -> None:
-    prefix = f"t{uuid.uuid4().hex}"
-    app = Conveyor(f"{redis_url}?prefix={prefix}", poll_interval="5s")
+    app = Conveyor(url, poll_interval="5s")
     done = asyncio.Event()
 
     @app.task("t", concurrency=1)
@@ -256,6 +251,3 @@ async def test_a_worker_with_capped_tasks_is_woken_not_handed_work(
         worker.stop()
         await asyncio.wait_for(running, 10)
         await app.close()
-        keys = [key async for key in client.scan_iter(key_pattern(prefix))]
-        if keys:
-            await client.delete(*keys)
