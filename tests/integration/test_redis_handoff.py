@@ -162,11 +162,13 @@ async def test_end_handoffs_returns_the_jobs_not_popped_and_ends_the_pop(
     backend: RedisBackend,
 ) -> None:
     await backend.claim_jobs(_idle())
+    assert await _pop(backend, timeout=0.01) == []  # the pop has a connection of its own
     jobs = _jobs(2)
     await backend.enqueue_jobs(jobs)
     left = await backend.end_handoffs(WORKER, 30.0)
     assert [j.id for j in left.jobs] == [j.id for j in jobs]
     assert await backend.next_handoff(WORKER, 1.0) is None
+    assert WORKER not in backend._inbox_clients  # and gives it back when it ends
     after = _jobs(1)
     await backend.enqueue_jobs(after)  # no longer registered: it waits
     assert (await backend.get_jobs([after[0].id]))[0].state is JobState.WAITING

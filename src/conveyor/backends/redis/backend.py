@@ -408,7 +408,7 @@ class RedisBackend(base.Backend):
     async def next_handoff(self, worker_id: str, timeout: float) -> list[base.Handoff] | None:
         self._ready()
         if worker_id in self._inboxes_ended:
-            self._inboxes_ended.discard(worker_id)
+            await self._close_inbox(worker_id)
             return None
         client = self._inbox_clients.get(worker_id)
         if client is None:
@@ -433,9 +433,16 @@ class RedisBackend(base.Backend):
             )
             handed.append(base.Handoff(result, max(0.0, now - float(at))))
         if not handed and worker_id in self._inboxes_ended:
-            self._inboxes_ended.discard(worker_id)
+            await self._close_inbox(worker_id)
             return None
         return handed
+
+    async def _close_inbox(self, worker_id: str) -> None:
+        self._inboxes_ended.discard(worker_id)
+        client = self._inbox_clients.pop(worker_id, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
 
     async def end_handoffs(self, worker_id: str, lease: float) -> base.ClaimResult:
         claimed, expired = await self._run("handoff-end", [self.keys.active], [worker_id, lease])
