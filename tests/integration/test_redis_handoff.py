@@ -129,14 +129,18 @@ async def test_a_claim_without_handoff_for_registers_nothing(backend: RedisBacke
     assert (await backend.get_jobs([jobs[0].id]))[0].state is JobState.WAITING
 
 
-async def test_the_registration_runs_out(backend: RedisBackend) -> None:
-    """A worker that died stops being offered work."""
-    await backend.claim_jobs(_idle(handoff_for=0.2))
+async def test_the_registration_runs_out(backend: RedisBackend, client: aioredis.Redis) -> None:
+    """A worker that died stops being offered work, and leaves no keys behind."""
+    own = f"worker.{WORKER}"
+    await backend.claim_jobs(ClaimRequest(WORKER, ["default", own], 10, 30.0, handoff_for=0.2))
+    assert await client.zcard(backend.keys.idle(own)) == 1
     await asyncio.sleep(0.4)
     jobs = _jobs(1)
     await backend.enqueue_jobs(jobs)
     assert await _pop(backend, timeout=0.2) == []
     assert (await backend.get_jobs([jobs[0].id]))[0].state is JobState.WAITING
+    # Nobody enqueues to the worker's own queue: its index expires by itself.
+    assert await client.exists(backend.keys.idle(own), backend.keys.idle_worker(WORKER)) == 0
 
 
 async def test_the_next_claim_takes_what_was_not_popped_and_counts_it(

@@ -339,8 +339,15 @@ local function register_idle(now, worker, free, lease, token, circuits_on, queue
   local key = iwkey(worker)
   redis.call('HSET', key, 'free', free, 'lease', fmt(lease), 'token', token,
     'circuits', circuits, 'queues', cjson.encode(queues))
-  redis.call('PEXPIRE', key, math.ceil(ttl * 1000))
-  for _, q in ipairs(queues) do redis.call('ZADD', idlekey(q), now + ttl, worker) end
+  local ms = math.ceil(ttl * 1000)
+  redis.call('PEXPIRE', key, ms)
+  for _, q in ipairs(queues) do
+    local idle = idlekey(q)
+    redis.call('ZADD', idle, now + ttl, worker)
+    -- Gone with its last registration: a worker's own queue is rarely
+    -- enqueued to, which is what drops expired members otherwise.
+    if redis.call('PTTL', idle) < ms then redis.call('PEXPIRE', idle, ms) end
+  end
 end
 
 -- Hand new work of queue `q` to its idle workers, until none is left or every
