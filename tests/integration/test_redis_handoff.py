@@ -7,6 +7,7 @@ between the inbox, the worker's next claim and its shutdown."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -19,6 +20,7 @@ from conveyor.backends.base import ClaimRequest, Handoff, NewJob
 from conveyor.backends.redis import RedisBackend
 from conveyor.ids import new_ids
 from conveyor.job import JobState
+from conveyor.ratelimit import RateLimit
 from conveyor.worker.worker import Worker
 
 WORKER = "w1"
@@ -70,13 +72,15 @@ async def test_an_idle_worker_is_handed_new_jobs_claimed_for_it(
     assert (await backend.claim_jobs(_idle(limit=10))).jobs == []
     jobs = _jobs(3)
     await backend.enqueue_jobs(jobs)
+    enqueued = time.monotonic()
+    await asyncio.sleep(0.2)  # waiting in the inbox does not make the lease look younger
     handed = await _pop(backend)
     assert len(handed) == 1
     got = handed[0].result.jobs
     assert [j.id for j in got] == [j.id for j in jobs]
     assert all(j.state is JobState.ACTIVE and j.worker_id == WORKER for j in got)
     assert all(j.attempts == 1 and j.lease_token for j in got)
-    assert 0 <= handed[0].age < 1
+    assert enqueued - 0.2 < handed[0].leased_at <= enqueued
     stored = await backend.get_jobs([j.id for j in jobs])
     assert {j.state for j in stored} == {JobState.ACTIVE}
     # The registration keeps the slots left over.
@@ -127,6 +131,32 @@ async def test_a_claim_without_handoff_for_registers_nothing(backend: RedisBacke
     await backend.enqueue_jobs(jobs)
     assert await _pop(backend, timeout=0.2) == []
     assert (await backend.get_jobs([jobs[0].id]))[0].state is JobState.WAITING
+
+
+async def test_a_request_with_caps_or_rate_limits_registers_nothing(
+    backend: RedisBackend, client: aioredis.Redis
+) -> None:
+    """Stored, they would go stale as the worker's jobs run."""
+    capped = ClaimRequest(WORKER, ["default"], 10, 30.0, task_limits={"t": 2}, handoff_for=5.0)
+    await backend.claim_jobs(capped)
+    limited = ClaimRequest(
+        "w2", ["default"], 10, 30.0, rate_limits={"t": RateLimit(5, 1.0)}, handoff_for=5.0
+    )
+    await backend.claim_jobs(limited)
+    assert await client.zcard(backend.keys.idle("default")) == 0
+
+
+async def test_an_end_marker_left_by_an_earlier_process_is_ignored(
+    backend: RedisBackend, client: aioredis.Redis
+) -> None:
+    """A worker that reuses an id must not take the last one's end as its own."""
+    await client.rpush(backend.keys.inbox(WORKER), b"")
+    await backend.claim_jobs(_idle())
+    jobs = _jobs(1)
+    await backend.enqueue_jobs(jobs)
+    handed = await _pop(backend)
+    assert [j.id for h in handed for j in h.result.jobs] == [jobs[0].id]
+    assert await _pop(backend, timeout=0.1) == []
 
 
 async def test_the_registration_runs_out(backend: RedisBackend, client: aioredis.Redis) -> None:
@@ -253,6 +283,42 @@ async def test_a_worker_with_capped_tasks_is_woken_not_handed_work(
         assert await client.zcard(backend.keys.idle("default")) == 0
         await app.enqueue("t")
         await asyncio.wait_for(done.wait(), 2.0)  # woken by the notification
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 10)
+        await app.close()
+
+
+async def test_a_handoff_that_waited_past_the_trusted_lease_is_released_not_run(
+    url: str,
+) -> None:
+    """Its lease may be gone (stall recovery) and the job running elsewhere."""
+    app = Conveyor(url, poll_interval="5s", lease="10s")
+    ran: list[str] = []
+
+    @app.task("t")
+    async def record(ctx: JobContext) -> None:
+        ran.append(ctx.job.id)
+
+    backend = await app.connect()
+    worker = Worker(app, queues=["elsewhere"], concurrency=2, install_signals=False)
+    running = asyncio.create_task(worker.run())
+    try:
+        job = await app.enqueue("t")
+        claim = await backend.claim_jobs(ClaimRequest(worker.id, ["default"], 1, 10.0))
+        assert [j.id for j in claim.jobs] == [job.id]
+        worker._take(claim, time.monotonic() - 9.0)  # trusted for 8 of the 10 s
+        for _ in range(100):
+            stored = await app.get_job(job.id)
+            if stored is not None and stored.state is JobState.WAITING:
+                break
+            await asyncio.sleep(0.02)
+        assert stored is not None
+        assert stored.state is JobState.WAITING
+        assert stored.attempts == 0  # given back, as a release does
+        assert ran == []
+        assert not worker.active
+        assert not worker.buffered
     finally:
         worker.stop()
         await asyncio.wait_for(running, 10)

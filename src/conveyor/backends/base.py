@@ -100,8 +100,9 @@ class Handoff:
     """Jobs an enqueue claimed for an idle worker (see ``ClaimRequest.handoff_for``)."""
 
     result: ClaimResult
-    age: float
-    """Seconds since the claim: the lease started that long before delivery."""
+    leased_at: float
+    """A ``time.monotonic()`` reading no later than the start of these jobs'
+    lease (what a worker's trust in the lease counts from)."""
 
 
 class Outcome(enum.StrEnum):

@@ -137,6 +137,8 @@ class Worker:
         #: Direct handoff (backends that support it): decided in run().
         self._handoff = False
         self._handoff_task: asyncio.Task[None] | None = None
+        #: The shutdown gave the buffer back: jobs handed off later are released.
+        self._released = False
 
     # -- control ----------------------------------------------------------------
     def stop(self, force: bool = False) -> None:
@@ -274,8 +276,8 @@ class Worker:
         if task.cancelled() or self._crash is not None:
             return
         exc = task.exception()
-        if exc is None and self._stopping:
-            return  # a role that ends with the shutdown (handoffs)
+        if exc is None and self._stopping and name == "handoffs":
+            return  # it ends with the shutdown
         logger.critical("worker role %r died: %r; stopping the worker", name, exc)
         self._crash = exc or RuntimeError(f"{name} returned")
         self.app.events.emit("error", error=self._crash, where=name)
@@ -356,10 +358,20 @@ class Worker:
             self.stats.add(job.task, job.queue, "expired", 0.0)
             self.app.events.emit("expired", job=job)
             self.app.events.emit("dead", job=job, reason="expired", error=job.error)
-        if result.jobs:
-            deadline = self.leases.trusted_until(sent_at)
+        if not result.jobs:
+            return
+        deadline = self.leases.trusted_until(sent_at)
+        if self._released or deadline <= time.monotonic():
+            # Handed off too late to hold: the buffer was already given back
+            # (shutdown), or the handoff waited past the lease's trusted part.
+            # Released, fenced by the lease token like any outcome.
             for job in result.jobs:
-                self._hold(job, deadline)
+                self.acker.add(
+                    Settlement(job.id, job.lease_token or "", Outcome.RELEASE, job.task), job
+                )
+            return
+        for job in result.jobs:
+            self._hold(job, deadline)
 
     async def _receive_handoffs(self) -> None:
         """Jobs enqueues claimed for this worker while it was idle; ends with
@@ -379,9 +391,8 @@ class Worker:
                 continue
             if handed is None:
                 return
-            received = time.monotonic()
             for handoff in handed:
-                self._take(handoff.result, received - handoff.age)
+                self._take(handoff.result, handoff.leased_at)
 
     async def _end_handoffs(self) -> None:
         """No more handoffs: the ones not popped yet are held (then released)."""
@@ -532,6 +543,7 @@ class Worker:
         self._stopping = True
         await self._end_handoffs()
         self._release_buffered()
+        self._released = True
         if self.active and not self._forced.is_set():
             logger.info(
                 "waiting up to %.0fs for %d running job(s)",

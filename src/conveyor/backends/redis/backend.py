@@ -91,9 +91,11 @@ class RedisBackend(base.Backend):
         self._client: Any = None
         self._runner: ScriptRunner | None = None
         self._wake: WakeListener | None = None
-        #: Per worker: the connection that pops its inbox (next_handoff), and
-        #: the workers whose handoffs ended.
+        #: Per worker: the connection that pops its inbox (next_handoff); the
+        #: workers this backend ended (end_handoffs), and those whose end
+        #: marker came.
         self._inbox_clients: dict[str, Any] = {}
+        self._inboxes_ending: set[str] = set()
         self._inboxes_ended: set[str] = set()
         self._claims = ClaimKeeper(self.settle_jobs, lambda: self._client is not None)
         self._open_lock: asyncio.Lock | None = None
@@ -413,25 +415,37 @@ class RedisBackend(base.Backend):
         client = self._inbox_clients.get(worker_id)
         if client is None:
             client = self._inbox_clients[worker_id] = self._make_listener_client()
-        async with self._errors("handoff", blocking=timeout):
-            # TIME right after the pop: how long ago each handoff's lease started.
-            pipe = client.pipeline(transaction=False)
-            pipe.blmpop(timeout, 1, self.keys.inbox(worker_id), direction="LEFT", count=10_000)
-            pipe.time()
-            popped, (seconds, micros) = await pipe.execute()
+        try:
+            async with self._errors("handoff", blocking=timeout):
+                # The server's clock before the pop, read in the same trip: a
+                # lease that started `at` began no earlier, locally, than
+                # sent + (at - before), the way a claim's lease counts from
+                # when the claim was sent.
+                pipe = client.pipeline(transaction=False)
+                pipe.time()
+                pipe.blmpop(timeout, 1, self.keys.inbox(worker_id), direction="LEFT", count=10_000)
+                sent = time.monotonic()
+                (seconds, micros), popped = await pipe.execute()
+        except BaseException:
+            # A new connection next time (on a cluster: to the slot's node now).
+            await self._drop_inbox_client(worker_id)
+            raise
         if popped is None:
             return []
-        now = int(seconds) + int(micros) / 1_000_000
+        before = int(seconds) + int(micros) / 1_000_000
         handed: list[base.Handoff] = []
         for packed in popped[1]:
-            if not packed:  # end_handoffs: what came before it is still delivered
-                self._inboxes_ended.add(worker_id)
-                break
+            if not packed:
+                if worker_id in self._inboxes_ending:
+                    # end_handoffs: what came before it is still delivered.
+                    self._inboxes_ended.add(worker_id)
+                    break
+                continue  # an earlier process's, with the same worker id
             at, claimed, expired = msgpack.unpackb(packed, raw=True)
             result = base.ClaimResult(
                 decode.jobs_from_hashes(claimed), decode.jobs_from_hashes(expired)
             )
-            handed.append(base.Handoff(result, max(0.0, now - float(at))))
+            handed.append(base.Handoff(result, sent + (float(at) - before)))
         if not handed and worker_id in self._inboxes_ended:
             await self._close_inbox(worker_id)
             return None
@@ -439,12 +453,17 @@ class RedisBackend(base.Backend):
 
     async def _close_inbox(self, worker_id: str) -> None:
         self._inboxes_ended.discard(worker_id)
+        self._inboxes_ending.discard(worker_id)
+        await self._drop_inbox_client(worker_id)
+
+    async def _drop_inbox_client(self, worker_id: str) -> None:
         client = self._inbox_clients.pop(worker_id, None)
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.aclose()
 
     async def end_handoffs(self, worker_id: str, lease: float) -> base.ClaimResult:
+        self._inboxes_ending.add(worker_id)
         claimed, expired = await self._run("handoff-end", [self.keys.active], [worker_id, lease])
         return base.ClaimResult(decode.jobs_from_hashes(claimed), decode.jobs_from_hashes(expired))
 

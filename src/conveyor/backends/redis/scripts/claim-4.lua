@@ -1,8 +1,9 @@
 -- claim-4: promote due delayed jobs, expire waiting jobs past their TTL, then
 -- claim up to `limit` due jobs, priority DESC, run_at ASC, id ASC (claim_jobs).
 -- Jobs an enqueue already claimed for this worker (direct handoff) and that it
--- has not popped come first and count against `limit` (the rest stay its own). A claim that comes back
--- short registers the worker as idle for `handoff ttl` seconds (0: never).
+-- has not popped come first and count against `limit` (any beyond it stay in
+-- its inbox). A claim that comes back short registers the worker as idle for
+-- `handoff ttl` seconds (0, or task caps or rate limits given: never).
 -- KEYS[1] delayed    delayed jobs by run_at
 -- KEYS[2] expiring   waiting jobs with a TTL, by expires_at
 -- KEYS[3] active     active jobs by lease_until
@@ -41,7 +42,9 @@ local claimed, expired = claim_for(now, worker, limit - #handed, lease, token, c
 flush(counts)
 for _, row in ipairs(claimed) do handed[#handed + 1] = row end
 for _, row in ipairs(expired) do handed_expired[#handed_expired + 1] = row end
-if handoff_ttl > 0 and #handed < limit then
+-- A stored request cannot keep caps and rate limits up to date: such workers
+-- are woken, never handed work.
+if handoff_ttl > 0 and nc == 0 and nr == 0 and #handed < limit then
   register_idle(now, worker, limit - #handed, lease, token, circuits_on, queues, handoff_ttl)
 end
 return {handed, handed_expired}

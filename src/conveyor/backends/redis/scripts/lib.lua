@@ -376,8 +376,9 @@ local function hand_off(now, q, wks, counts)
       if #claimed > 0 or #expired > 0 then
         local inbox = inboxkey(worker)
         redis.call('RPUSH', inbox, cmsgpack.pack({fmt(now), claimed, expired}))
-        -- Unclaimed leftovers of a worker that died go with its leases.
-        redis.call('PEXPIRE', inbox, math.ceil(tonumber(r[2]) * 2000))
+        -- Leftovers of a worker that died go with its leases (the jobs come
+        -- back by stall recovery; the worker would not start them any more).
+        redis.call('PEXPIRE', inbox, math.ceil(tonumber(r[2]) * 1000))
       end
       if #claimed >= free then unregister_idle(worker)
       else redis.call('HSET', key, 'free', free - #claimed) end
@@ -424,7 +425,7 @@ local function take_inbox(now, worker, lease, limit)
       claimed[i] = nil
     end
     redis.call('LPUSH', inbox, cmsgpack.pack({fmt(now), rest, {}}))
-    redis.call('PEXPIRE', inbox, math.ceil(lease * 2000))
+    redis.call('PEXPIRE', inbox, math.ceil(lease * 1000))
   end
   return claimed, expired
 end
