@@ -399,15 +399,16 @@ class Worker:
         task = self._handoff_task
         if task is None:
             return
+        sent_at = time.monotonic()
         try:
-            self._take(
-                await self.app.backend.end_handoffs(self.id, self.settings.lease), time.monotonic()
-            )
+            left = await self.app.backend.end_handoffs(self.id, self.settings.lease)
         except (BackendError, OSError) as exc:
-            # The registration runs out by itself; jobs already handed are
-            # recovered as stalled when their leases end.
+            # The registration runs out by itself; what is still handed is
+            # released as it arrives (_take), and an inbox never popped comes
+            # back by stall recovery.
             logger.warning("could not end handoffs: %s", exc)
             return
+        self._take(left, sent_at)
         await asyncio.wait({task}, timeout=HANDOFF_POP_TIMEOUT)
 
     async def _wait_for(
