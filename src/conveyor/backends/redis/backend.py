@@ -402,7 +402,7 @@ class RedisBackend(base.Backend):
         k = self.keys
         keys = [k.delayed, k.expiring, k.active, k.done("failed")]
         claimed, expired = await self._run("claim", keys, argv)
-        return base.ClaimResult(decode.jobs_from_hashes(claimed), decode.jobs_from_hashes(expired))
+        return decode.claim_result(claimed, expired)
 
     # -- direct handoff ------------------------------------------------------------
     hands_off = True
@@ -442,9 +442,7 @@ class RedisBackend(base.Backend):
                     break
                 continue  # an earlier process's, with the same worker id
             at, claimed, expired = msgpack.unpackb(packed, raw=True)
-            result = base.ClaimResult(
-                decode.jobs_from_hashes(claimed), decode.jobs_from_hashes(expired)
-            )
+            result = decode.claim_result(claimed, expired)
             handed.append(base.Handoff(result, sent + (float(at) - before)))
         if not handed and worker_id in self._inboxes_ended:
             await self._close_inbox(worker_id)
@@ -465,7 +463,7 @@ class RedisBackend(base.Backend):
     async def end_handoffs(self, worker_id: str, lease: float) -> base.ClaimResult:
         self._inboxes_ending.add(worker_id)
         claimed, expired = await self._run("handoff-end", [self.keys.active], [worker_id, lease])
-        return base.ClaimResult(decode.jobs_from_hashes(claimed), decode.jobs_from_hashes(expired))
+        return decode.claim_result(claimed, expired)
 
     async def renew_leases(
         self, worker_id: str, leases: Sequence[tuple[str, str]], lease: float

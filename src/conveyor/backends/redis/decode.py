@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from conveyor import serialization
-from conveyor.backends.base import CircuitInfo, CircuitState
+from conveyor.backends.base import CircuitInfo, CircuitState, ClaimResult
 from conveyor.backends.rows import decode_fields
 from conveyor.job import FailureReason, Job, JobState
 
@@ -133,6 +133,11 @@ def job_from_hash(raw: Raw, duplicate: bool = False) -> Job:
 
 def jobs_from_hashes(raws: Sequence[Raw]) -> list[Job]:
     return [job_from_hash(raw) for raw in raws]
+
+
+def claim_result(claimed: Sequence[Raw], expired: Sequence[Raw]) -> ClaimResult:
+    """What the claim, handoff and handoff-end scripts return: claimed rows, expired rows."""
+    return ClaimResult(jobs_from_hashes(claimed), jobs_from_hashes(expired))
 
 
 def circuit_from_hash(task: str, raw: Raw) -> CircuitInfo:
