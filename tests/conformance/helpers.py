@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import functools
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from conveyor import serialization
@@ -89,6 +90,42 @@ async def claim(
             circuit_tasks=circuit_tasks,
         )
     )
+
+
+class ClaimedLate(Exception):
+    """The machine stalled: a claim may have run after the deadline the test needed."""
+
+
+async def claim_before(backend: Backend, deadline: float) -> ClaimResult:
+    """Claim, proving by the backend clock that the claim ran before ``deadline``.
+
+    A test that a job is still claimable shortly before its TTL deadline cannot
+    tell a wrong expiry from a host that paused for a few seconds (CI hosts
+    do). Only a claim that provably ran in time proves anything: otherwise
+    :class:`ClaimedLate` is raised, and :func:`again_when_late` reruns the test.
+    """
+    result = await claim(backend)
+    if await backend.now() >= deadline:
+        raise ClaimedLate(f"the claim may have run after {deadline}")
+    return result
+
+
+def again_when_late(
+    test: Callable[[Backend], Awaitable[None]],
+) -> Callable[[Backend], Awaitable[None]]:
+    """Run a test up to three times while its :func:`claim_before` comes late."""
+
+    @functools.wraps(test)
+    async def run(backend: Backend) -> None:
+        for _ in range(2):
+            try:
+                await test(backend)
+            except ClaimedLate:
+                continue
+            return
+        await test(backend)  # a third late claim fails the test
+
+    return run
 
 
 async def claim_one(backend: Backend, queue: str = "default", **kwargs: Any) -> Job:

@@ -13,7 +13,9 @@ from conveyor.ids import new_id
 from conveyor.job import FailureReason, JobState
 
 from .helpers import (
+    again_when_late,
     claim,
+    claim_before,
     claim_exact,
     claim_one,
     enqueue,
@@ -82,13 +84,14 @@ async def test_the_smaller_of_job_and_queue_ttl_wins(backend: Backend) -> None:
     assert abs(queue_shorter.expires_at - (queue_shorter.run_at + 10)) < 1e-3
 
 
+@again_when_late
 async def test_ttl_counts_from_run_at(backend: Backend) -> None:
     (job,) = await enqueue(backend, new_job(delay=0.2, ttl=0.3))
     assert job.expires_at is not None
     assert abs(job.expires_at - (job.run_at + 0.3)) < 1e-3
     # Past the TTL counted from enqueue (0.3), not from run_at (0.5): still claimable.
     await asyncio.sleep(0.37)
-    result = await claim(backend)
+    result = await claim_before(backend, job.expires_at)
     assert ids(result.jobs) == [job.id]
     assert result.expired == []
 
@@ -168,12 +171,15 @@ async def test_a_retry_waits_with_a_fresh_ttl_from_its_new_run_at(backend: Backe
     assert stored.ttl == 5
 
 
+@again_when_late
 async def test_a_retry_whose_backoff_is_longer_than_the_ttl_still_runs(backend: Backend) -> None:
     await enqueue_one(backend, ttl=TTL)
     running = await claim_one(backend)
     await settle_ok(backend, running, Outcome.RETRY, error=error(), retry_delay=PAST_TTL)
+    deadline = (await fetch(backend, running.id)).expires_at
+    assert deadline is not None
     await asyncio.sleep(PAST_TTL + 0.05)  # past the first deadline, the retry just due
-    result = await claim(backend)
+    result = await claim_before(backend, deadline)
     assert result.expired == []
     assert ids(result.jobs) == [running.id]
     assert result.jobs[0].attempts == 2
@@ -190,6 +196,7 @@ async def test_a_retry_still_expires_when_its_own_wait_passes_the_ttl(backend: B
     assert result.expired[0].failure_reason is FailureReason.EXPIRED
 
 
+@again_when_late
 async def test_a_released_job_waits_with_a_fresh_ttl(backend: Backend) -> None:
     (job,) = await enqueue(backend, new_job(ttl=0.3))
     running = await claim_one(backend)
@@ -203,7 +210,7 @@ async def test_a_released_job_waits_with_a_fresh_ttl(backend: Backend) -> None:
     assert stored.expires_at is not None
     assert before + 0.3 <= stored.expires_at <= after + 0.3
     await asyncio.sleep(0.2)  # past the first deadline (run_at + 0.3), not the new one
-    result = await claim(backend)
+    result = await claim_before(backend, stored.expires_at)
     assert result.expired == []
     assert ids(result.jobs) == [job.id]
 
@@ -221,6 +228,7 @@ async def test_a_released_job_of_a_gone_worker_still_expires(backend: Backend) -
     assert (await fetch(backend, job.id)).failure_reason is FailureReason.EXPIRED
 
 
+@again_when_late
 async def test_stall_recovery_gives_a_fresh_ttl(backend: Backend) -> None:
     (job,) = await enqueue(backend, new_job(ttl=0.3))
     await claim_one(backend, lease=0.2)
@@ -234,7 +242,7 @@ async def test_stall_recovery_gives_a_fresh_ttl(backend: Backend) -> None:
     assert stored.expires_at is not None
     assert before + 0.3 <= stored.expires_at <= after + 0.3
     await asyncio.sleep(0.1)  # past the first deadline (run_at + 0.3), not the new one
-    claimed = await claim(backend)
+    claimed = await claim_before(backend, stored.expires_at)
     assert claimed.expired == []
     assert ids(claimed.jobs) == [job.id]
 
