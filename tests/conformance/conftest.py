@@ -15,6 +15,8 @@ from conveyor.backends.base import Backend
 from conveyor.backends.registry import backend_from_url
 from support.kits import KITS, BackendKit, backend_params
 
+from .helpers import FreshBackend
+
 
 @pytest.fixture(params=backend_params())
 async def kit(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BackendKit]:
@@ -51,3 +53,26 @@ async def backend_pair(kit: BackendKit) -> AsyncIterator[tuple[Backend, Backend]
     finally:
         await second.close()
         await first.close()
+
+
+@pytest.fixture
+async def fresh_backend(kit: BackendKit, tmp_path: Path) -> AsyncIterator[FreshBackend]:
+    """Opens backends on new, empty stores of the test's kind (for reruns, see
+    ``helpers.again_when_late``); each is closed and its store removed after the test."""
+    kits: list[BackendKit] = []
+    opened: list[Backend] = []
+
+    async def fresh() -> Backend:
+        folder = tmp_path / f"fresh-{len(kits)}"
+        folder.mkdir()
+        kits.append(type(kit)(folder))
+        opened.append(await _opened(kits[-1].url()))
+        return opened[-1]
+
+    try:
+        yield fresh
+    finally:
+        for backend in reversed(opened):
+            await backend.close()
+        for other in reversed(kits):
+            await other.cleanup()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -93,38 +92,67 @@ async def claim(
 
 
 class ClaimedLate(Exception):
-    """The machine stalled: a claim may have run after the deadline the test needed."""
+    """The machine stalled: a claim or check may have run after the deadline the test needed."""
 
 
-async def claim_before(backend: Backend, deadline: float) -> ClaimResult:
-    """Claim, proving by the backend clock that the claim ran before ``deadline``.
+#: Opens a backend on a new, empty store of the test's kind (fixture ``fresh_backend``).
+FreshBackend = Callable[[], Awaitable[Backend]]
 
-    A test that a job is still claimable shortly before its TTL deadline cannot
-    tell a wrong expiry from a host that paused for a few seconds (CI hosts
-    do). Only a claim that provably ran in time proves anything: otherwise
+
+async def ran_before(backend: Backend, deadline: float, what: str = "the check") -> None:
+    """Prove by the backend clock that what the test just did ran before ``deadline``.
+
+    A check that something has not happened yet (a job not yet due, a key or a
+    heartbeat not yet expired) cannot tell a wrong answer from a host that
+    paused for a few seconds (CI hosts do). Called right after the check: a
+    reading still before ``deadline`` proves the check was in time; otherwise
     :class:`ClaimedLate` is raised, and :func:`again_when_late` reruns the test.
     """
-    result = await claim(backend)
     if await backend.now() >= deadline:
-        raise ClaimedLate(f"the claim may have run after {deadline}")
+        raise ClaimedLate(f"{what} may have run after {deadline}")
+
+
+async def claim_before(backend: Backend, deadline: float, **options: Any) -> ClaimResult:
+    """:func:`claim` (same options), proven to have run before ``deadline``."""
+    result = await claim(backend, **options)
+    await ran_before(backend, deadline, "the claim")
     return result
+
+
+async def claim_one_before(
+    backend: Backend, deadline: float, queue: str = "default", **options: Any
+) -> Job:
+    """:func:`claim_one`, proven to have run before ``deadline``: a late claim
+    raises :class:`ClaimedLate`, not the assertion about what it got."""
+    result = await claim_before(backend, deadline, queues=[queue], limit=1, **options)
+    assert len(result.jobs) == 1, f"expected one claimed job, got {len(result.jobs)}"
+    return result.jobs[0]
 
 
 def again_when_late(
     test: Callable[[Backend], Awaitable[None]],
-) -> Callable[[Backend], Awaitable[None]]:
-    """Run a test up to three times while its :func:`claim_before` comes late."""
+) -> Callable[[Backend, FreshBackend], Awaitable[None]]:
+    """Run a test up to three times while a check of it comes late (:class:`ClaimedLate`).
 
-    @functools.wraps(test)
-    async def run(backend: Backend) -> None:
+    Each rerun gets a new, empty store: what a late try left behind (jobs,
+    circuits, heartbeats) must not decide the next one.
+    """
+
+    async def run(backend: Backend, fresh_backend: FreshBackend) -> None:
         for _ in range(2):
             try:
                 await test(backend)
             except ClaimedLate:
+                backend = await fresh_backend()
                 continue
             return
-        await test(backend)  # a third late claim fails the test
+        await test(backend)  # a third late check fails the test
 
+    # Not functools.wraps: pytest would take the fixtures from the wrapped test's
+    # signature (via __wrapped__) and never pass fresh_backend.
+    run.__name__ = test.__name__
+    run.__qualname__ = test.__qualname__
+    run.__doc__ = test.__doc__
     return run
 
 

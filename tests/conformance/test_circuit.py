@@ -14,19 +14,34 @@ from conveyor.backends.base import (
 )
 from conveyor.job import FailureReason, JobState
 
-from .helpers import claim, claim_exact, enqueue, enqueue_one, error, fail_run, new_job, settle_ok
+from .helpers import (
+    again_when_late,
+    claim,
+    claim_exact,
+    enqueue,
+    enqueue_one,
+    error,
+    fail_run,
+    new_job,
+    ran_before,
+    settle_ok,
+)
 
 POLICY = CircuitPolicy(threshold=3, open_for=0.2)
 PAST_OPEN = 0.27
+#: For tests that only need the circuit open: no pause of the host outlasts it.
+STAYS_OPEN = CircuitPolicy(threshold=3, open_for=60)
 
 
 async def circuit_of(backend: Backend, task: str) -> CircuitInfo | None:
     return next((c for c in await backend.list_circuits() if c.task == task), None)
 
 
-async def open_circuit(backend: Backend, task: str = "flaky") -> None:
-    for _ in range(POLICY.threshold):
-        await fail_run(backend, task, POLICY)
+async def open_circuit(
+    backend: Backend, task: str = "flaky", policy: CircuitPolicy = POLICY
+) -> None:
+    for _ in range(policy.threshold):
+        await fail_run(backend, task, policy)
     info = await circuit_of(backend, task)
     assert info is not None
     assert info.state is CircuitState.OPEN
@@ -93,7 +108,7 @@ async def test_runs_without_a_policy_do_not_count(backend: Backend) -> None:
 
 
 async def test_open_task_is_not_claimed_but_others_are(backend: Backend) -> None:
-    await open_circuit(backend)
+    await open_circuit(backend, policy=STAYS_OPEN)
     flaky = [new_job("flaky") for _ in range(3)]
     await enqueue(backend, *flaky, new_job("healthy"))
     result = await claim(backend, limit=10)
@@ -103,7 +118,7 @@ async def test_open_task_is_not_claimed_but_others_are(backend: Backend) -> None
 
 async def test_open_circuit_is_shared_by_instances(backend_pair: tuple[Backend, Backend]) -> None:
     first, second = backend_pair
-    await open_circuit(first)
+    await open_circuit(first, policy=STAYS_OPEN)
     await enqueue(second, new_job("flaky"))
     assert (await claim(second)).jobs == []
     info = await circuit_of(second, "flaky")
@@ -111,6 +126,7 @@ async def test_open_circuit_is_shared_by_instances(backend_pair: tuple[Backend, 
     assert info.state is CircuitState.OPEN
 
 
+@again_when_late
 async def test_half_open_admits_exactly_one_trial(backend: Backend) -> None:
     await open_circuit(backend)
     await backend.enqueue_jobs([new_job("flaky") for _ in range(5)])
@@ -123,15 +139,21 @@ async def test_half_open_admits_exactly_one_trial(backend: Backend) -> None:
     assert info.state is CircuitState.HALF_OPEN
     assert info.open_until is not None
     assert info.open_until >= before + POLICY.open_for
-    # a second claimer gets nothing while the trial runs
-    assert (await claim(backend, limit=10, worker_id="other")).jobs == []
+    # a second claimer gets nothing while the trial runs (a lost trial is retried later)
+    second = await claim(backend, limit=10, worker_id="other")
+    await ran_before(backend, before + POLICY.open_for, "the second claim")
+    assert second.jobs == []
 
 
+@again_when_late
 async def test_concurrent_claims_share_one_trial(backend: Backend) -> None:
     await open_circuit(backend)
     await backend.enqueue_jobs([new_job("flaky") for _ in range(5)])
     await asyncio.sleep(PAST_OPEN)
+    before = await backend.now()
     results = await asyncio.gather(*(claim(backend, limit=10, worker_id=f"w{i}") for i in range(8)))
+    # All within the trial's own open period, which begins no earlier than `before`.
+    await ran_before(backend, before + POLICY.open_for, "the claims")
     assert sum(len(r.jobs) for r in results) == 1
 
 
@@ -149,6 +171,7 @@ async def test_successful_trial_closes_it(backend: Backend) -> None:
     assert len((await claim(backend, limit=10)).jobs) == 3
 
 
+@again_when_late
 async def test_failed_trial_reopens_it(backend: Backend) -> None:
     await open_circuit(backend)
     await backend.enqueue_jobs([new_job("flaky") for _ in range(4)])
@@ -170,24 +193,30 @@ async def test_failed_trial_reopens_it(backend: Backend) -> None:
     assert info.state is CircuitState.OPEN
     assert info.open_until is not None
     assert info.open_until >= before + POLICY.open_for
-    assert (await claim(backend, limit=10)).jobs == []
+    still_open = await claim(backend, limit=10)
+    await ran_before(backend, before + POLICY.open_for, "the claim")
+    assert still_open.jobs == []
     # ... and the next open period ends with another single trial
     await asyncio.sleep(PAST_OPEN)
     assert len((await claim(backend, limit=10)).jobs) == 1
 
 
+@again_when_late
 async def test_a_lost_trial_is_retried_after_another_open_period(backend: Backend) -> None:
     await open_circuit(backend)
     await backend.enqueue_jobs([new_job("flaky") for _ in range(3)])
     await asyncio.sleep(PAST_OPEN)
+    before = await backend.now()
     assert len((await claim(backend, limit=10)).jobs) == 1  # the trial, never settled
-    assert (await claim(backend, limit=10)).jobs == []
+    during_trial = await claim(backend, limit=10)
+    await ran_before(backend, before + POLICY.open_for, "the second claim")
+    assert during_trial.jobs == []
     await asyncio.sleep(PAST_OPEN)
     assert len((await claim(backend, limit=10)).jobs) == 1
 
 
 async def test_reset_circuit(backend: Backend) -> None:
-    await open_circuit(backend)
+    await open_circuit(backend, policy=STAYS_OPEN)
     await backend.enqueue_jobs([new_job("flaky") for _ in range(2)])
     assert (await claim(backend, limit=10)).jobs == []
     await backend.reset_circuit("flaky")
@@ -198,7 +227,7 @@ async def test_reset_circuit(backend: Backend) -> None:
 
 
 async def test_circuit_tasks_false_ignores_circuits(backend: Backend) -> None:
-    await open_circuit(backend)
+    await open_circuit(backend, policy=STAYS_OPEN)
     await backend.enqueue_jobs([new_job("flaky") for _ in range(2)])
     assert len((await claim(backend, limit=10, circuit_tasks=False)).jobs) == 2
 

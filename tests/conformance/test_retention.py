@@ -7,7 +7,16 @@ import asyncio
 from conveyor.backends.base import Backend, JobFilter, PruneRule
 from conveyor.job import JobState
 
-from .helpers import claim, enqueue, enqueue_one, fetch, make_finished, new_job
+from .helpers import (
+    again_when_late,
+    claim,
+    enqueue,
+    enqueue_one,
+    fetch,
+    make_finished,
+    new_job,
+    ran_before,
+)
 
 DONE = JobState.COMPLETED
 
@@ -27,11 +36,14 @@ async def surviving(backend: Backend, job_ids: list[str]) -> set[str]:
     return {j.id for j in await backend.get_jobs(job_ids)}
 
 
+@again_when_late
 async def test_prune_by_age(backend: Backend) -> None:
     old = await finished(backend, 2)
     await asyncio.sleep(0.25)
+    made = await backend.now()
     new = await finished(backend, 1)
     deleted = await backend.prune_jobs([PruneRule(DONE, max_age=0.2)])
+    await ran_before(backend, made + 0.2, "the prune")  # "new" was younger than max_age
     assert deleted == 2
     assert await surviving(backend, old + new) == set(new)
 
@@ -43,11 +55,15 @@ async def test_prune_by_count_keeps_the_newest(backend: Backend) -> None:
     assert await backend.prune_jobs([PruneRule(DONE, max_count=2)]) == 0
 
 
+@again_when_late
 async def test_age_and_count_in_one_rule(backend: Backend) -> None:
     old = await finished(backend, 2)
     await asyncio.sleep(0.25)
+    made = await backend.now()
     new = await finished(backend, 3)
-    assert await backend.prune_jobs([PruneRule(DONE, max_age=0.2, max_count=2)]) == 3
+    deleted = await backend.prune_jobs([PruneRule(DONE, max_age=0.2, max_count=2)])
+    await ran_before(backend, made + 0.2, "the prune")  # "new" was younger than max_age
+    assert deleted == 3
     assert await surviving(backend, old + new) == set(new[-2:])
 
 

@@ -11,6 +11,7 @@ from conveyor.backends.base import Backend, Outcome, Settlement
 from conveyor.job import FailureReason, JobState
 
 from .helpers import (
+    again_when_late,
     claim,
     claim_one,
     enqueue,
@@ -19,6 +20,7 @@ from .helpers import (
     fetch,
     ids,
     new_job,
+    ran_before,
     settle_ok,
     settlement,
 )
@@ -46,11 +48,15 @@ async def test_retry_delays_the_job_and_records_the_error(backend: Backend) -> N
     assert (await claim(backend)).jobs == []
 
 
+@again_when_late
 async def test_retried_job_is_claimable_after_its_delay(backend: Backend) -> None:
     await enqueue_one(backend, max_attempts=5)
     job = await claim_one(backend)
+    settled = await backend.now()
     await settle_ok(backend, job, Outcome.RETRY, error=error("one", attempt=1), retry_delay=0.2)
-    assert (await claim(backend)).jobs == []
+    not_yet = await claim(backend)
+    await ran_before(backend, settled + 0.2, "the claim")  # before the retry was due
+    assert not_yet.jobs == []
 
     await asyncio.sleep(0.27)
     again = await claim_one(backend)

@@ -10,7 +10,7 @@ import asyncio
 
 from conveyor.backends.base import Backend, Outcome
 from conveyor.ids import new_id
-from conveyor.job import FailureReason, JobState
+from conveyor.job import FailureReason, Job, JobState
 
 from .helpers import (
     again_when_late,
@@ -18,6 +18,7 @@ from .helpers import (
     claim_before,
     claim_exact,
     claim_one,
+    claim_one_before,
     enqueue,
     enqueue_one,
     error,
@@ -30,6 +31,11 @@ from .helpers import (
 
 TTL = 0.2
 PAST_TTL = 0.27
+
+
+def expiry(job: Job) -> float:
+    assert job.expires_at is not None, f"job {job.id} has no TTL deadline"
+    return job.expires_at
 
 
 async def test_job_ttl_sets_expires_at(backend: Backend) -> None:
@@ -124,9 +130,10 @@ async def test_unexpired_jobs_are_left_alone(backend: Backend) -> None:
     assert (await fetch(backend, long_.id)).state is JobState.WAITING
 
 
+@again_when_late
 async def test_an_active_job_does_not_expire(backend: Backend) -> None:
-    await enqueue_one(backend, ttl=TTL)
-    running = await claim_one(backend)
+    job = await enqueue_one(backend, ttl=TTL)
+    running = await claim_one_before(backend, expiry(job))
     await asyncio.sleep(PAST_TTL)
     result = await claim(backend)
     assert result.expired == []
@@ -161,20 +168,20 @@ async def test_the_effective_ttl_is_stored_on_the_job(backend: Backend) -> None:
 
 
 async def test_a_retry_waits_with_a_fresh_ttl_from_its_new_run_at(backend: Backend) -> None:
-    await enqueue_one(backend, ttl=5)
+    await enqueue_one(backend, ttl=60)  # long: the claim must not come after it
     running = await claim_one(backend)
     await settle_ok(backend, running, Outcome.RETRY, error=error(), retry_delay=30)
     stored = await fetch(backend, running.id)
     assert stored.state is JobState.DELAYED
     assert stored.expires_at is not None
-    assert abs(stored.expires_at - (stored.run_at + 5)) < 1e-3
-    assert stored.ttl == 5
+    assert abs(stored.expires_at - (stored.run_at + 60)) < 1e-3
+    assert stored.ttl == 60
 
 
 @again_when_late
 async def test_a_retry_whose_backoff_is_longer_than_the_ttl_still_runs(backend: Backend) -> None:
-    await enqueue_one(backend, ttl=TTL)
-    running = await claim_one(backend)
+    job = await enqueue_one(backend, ttl=TTL)
+    running = await claim_one_before(backend, expiry(job))
     await settle_ok(backend, running, Outcome.RETRY, error=error(), retry_delay=PAST_TTL)
     deadline = (await fetch(backend, running.id)).expires_at
     assert deadline is not None
@@ -185,9 +192,10 @@ async def test_a_retry_whose_backoff_is_longer_than_the_ttl_still_runs(backend: 
     assert result.jobs[0].attempts == 2
 
 
+@again_when_late
 async def test_a_retry_still_expires_when_its_own_wait_passes_the_ttl(backend: Backend) -> None:
-    await enqueue_one(backend, ttl=TTL)
-    running = await claim_one(backend)
+    job = await enqueue_one(backend, ttl=TTL)
+    running = await claim_one_before(backend, expiry(job))
     await settle_ok(backend, running, Outcome.RETRY, error=error(), retry_delay=0.05)
     await asyncio.sleep(0.05 + PAST_TTL)
     result = await claim(backend)
@@ -199,7 +207,7 @@ async def test_a_retry_still_expires_when_its_own_wait_passes_the_ttl(backend: B
 @again_when_late
 async def test_a_released_job_waits_with_a_fresh_ttl(backend: Backend) -> None:
     (job,) = await enqueue(backend, new_job(ttl=0.3))
-    running = await claim_one(backend)
+    running = await claim_one_before(backend, expiry(job))
     await asyncio.sleep(0.2)
     before = await backend.now()
     await settle_ok(backend, running, Outcome.RELEASE)
@@ -215,12 +223,13 @@ async def test_a_released_job_waits_with_a_fresh_ttl(backend: Backend) -> None:
     assert ids(result.jobs) == [job.id]
 
 
+@again_when_late
 async def test_a_released_job_of_a_gone_worker_still_expires(backend: Backend) -> None:
     """A worker that shut down released its own queue's job and never came back."""
     queue = "worker.gone-456"
     await backend.configure_queue(queue, max_size=None, ttl=TTL)
     (job,) = await enqueue(backend, new_job(queue=queue))
-    running = await claim_one(backend, queue)
+    running = await claim_one_before(backend, expiry(job), queue)
     await settle_ok(backend, running, Outcome.RELEASE)
     await asyncio.sleep(PAST_TTL)
     result = await claim(backend, ["default"])
@@ -231,7 +240,7 @@ async def test_a_released_job_of_a_gone_worker_still_expires(backend: Backend) -
 @again_when_late
 async def test_stall_recovery_gives_a_fresh_ttl(backend: Backend) -> None:
     (job,) = await enqueue(backend, new_job(ttl=0.3))
-    await claim_one(backend, lease=0.2)
+    await claim_one_before(backend, expiry(job), lease=0.2)
     await asyncio.sleep(0.27)
     before = await backend.now()
     result = await backend.recover_stalled(max_stalled=3)
@@ -248,7 +257,7 @@ async def test_stall_recovery_gives_a_fresh_ttl(backend: Backend) -> None:
 
 
 async def test_a_dead_letter_retry_keeps_the_effective_ttl(backend: Backend) -> None:
-    await backend.configure_queue("q", max_size=None, ttl=5)
+    await backend.configure_queue("q", max_size=None, ttl=60)  # long: claimed well before
     failed = await make_failed(backend, queue="q")
     # A later change of the queue's TTL does not reach jobs already enqueued.
     await backend.configure_queue("q", max_size=None, ttl=None)
@@ -256,9 +265,9 @@ async def test_a_dead_letter_retry_keeps_the_effective_ttl(backend: Backend) -> 
     copy = await backend.retry_failed(failed.id, new_id())
     after = await backend.now()
     assert copy.expires_at is not None
-    assert before + 5 <= copy.expires_at <= after + 5
+    assert before + 60 <= copy.expires_at <= after + 60
     assert (await fetch(backend, copy.id)).expires_at == copy.expires_at
-    assert (failed.ttl, copy.ttl) == (5, 5)
+    assert (failed.ttl, copy.ttl) == (60, 60)
 
 
 async def test_no_ttl_stays_no_ttl_across_waits(backend: Backend) -> None:

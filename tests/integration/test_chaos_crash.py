@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from chaos_apps.recorder import Run
-from chaos_helpers import Cluster, Proc, descendants, get_jobs
+from chaos_helpers import SHORT_LEASE, Cluster, Proc, descendants, get_jobs
 
 from conveyor.job import FailureReason, JobState
 
@@ -43,7 +43,8 @@ async def test_sigkill_with_jobs_in_flight_loses_nothing(cluster: Cluster) -> No
         ids += [job.id for job in jobs]
     assert len(set(ids)) == total
 
-    first = cluster.start_worker(200, name="doomed")
+    # Its jobs are recovered once its lease runs out; the rescuer's can be long.
+    first = cluster.start_worker(200, env=SHORT_LEASE, name="doomed")
 
     async def progressed() -> bool:
         counts = (await app.stats()).get("default", {})
@@ -90,9 +91,9 @@ async def test_sigkill_with_jobs_in_flight_loses_nothing(cluster: Cluster) -> No
         f"{len(duplicates - in_flight)} job(s) ran twice that the dead worker did not hold"
     )
     assert max(counts.values()) <= 2, "a job ran three times after a single fault"
-    jobs = await get_jobs(app, ids)
-    recovered = {job_id for job_id, job in jobs.items() if (job.attempts, job.stalls) == (2, 1)}
-    untouched = {job_id for job_id, job in jobs.items() if (job.attempts, job.stalls) == (1, 0)}
+    stored = await get_jobs(app, ids)
+    recovered = {job_id for job_id, job in stored.items() if (job.attempts, job.stalls) == (2, 1)}
+    untouched = {job_id for job_id, job in stored.items() if (job.attempts, job.stalls) == (1, 0)}
     assert recovered == in_flight, "the dead worker's jobs were not each recovered exactly once"
     assert len(untouched) == total - len(in_flight), "attempts/stalls off for unfaulted jobs"
     print(
@@ -124,7 +125,10 @@ async def test_poison_job_runs_at_most_attempts_times(
 
     dead: list[Proc] = []
     live: Proc | None = None
-    supervisor = cluster.start_worker(1, extra=["--processes", "2"]) if supervised else None
+    # Short: each death leaves the poison job to stall recovery.
+    supervisor = (
+        cluster.start_worker(1, env=SHORT_LEASE, extra=["--processes", "2"]) if supervised else None
+    )
     deadline = time.monotonic() + 60
     while True:
         job = await app.get_job(poison.id)
@@ -143,7 +147,7 @@ async def test_poison_job_runs_at_most_attempts_times(
                 live = None
             assert len(dead) <= 5, f"the poison job killed {len(dead)} workers\n{cluster.tails()}"
             if live is None:
-                live = cluster.start_worker(1)
+                live = cluster.start_worker(1, env=SHORT_LEASE)
         assert time.monotonic() < deadline, (
             f"poison job still {job.state} (attempts {job.attempts}, stalls {job.stalls}) "
             f"after 60s\n{cluster.tails()}"
@@ -166,7 +170,7 @@ async def test_poison_job_runs_at_most_attempts_times(
         assert len(dead) == len(runs), f"{len(dead)} workers died for {len(runs)} runs"
         assert [p.popen.returncode for p in dead] == [1] * len(dead)
         if live is None or not live.alive:
-            live = cluster.start_worker(1)
+            live = cluster.start_worker(1, env=SHORT_LEASE)
 
     done = await app.wait_for_job(healthy.id, timeout=30)
     assert done.state is JobState.COMPLETED, f"healthy job ended {done.state}: {done.error}"
@@ -189,7 +193,10 @@ async def test_stall_recovery_is_bounded(cluster: Cluster) -> None:
     """G3: a SIGKILLed worker's job runs again on a live worker within
     lease + stall_interval + poll (1 + 0.5 + 0.05 s here, plus slack)."""
     app = await cluster.app()
-    workers = [cluster.start_worker(1, name="worker-a"), cluster.start_worker(1, name="worker-b")]
+    workers = [
+        cluster.start_worker(1, env=SHORT_LEASE, name="worker-a"),
+        cluster.start_worker(1, env=SHORT_LEASE, name="worker-b"),
+    ]
     job = await app.enqueue("chaos.fenced", {"first": 30.0, "later": 0.0})
 
     def first_run() -> Run | None:
@@ -221,7 +228,7 @@ async def test_worker_that_cannot_renew_stops_trusting_its_lease(cluster: Cluste
     longer than the lease), a worker must cancel its handler before the lease
     it holds runs out, i.e. before any other worker could claim the job."""
     app = await cluster.app()
-    worker = cluster.start_worker(1)
+    worker = cluster.start_worker(1, env=SHORT_LEASE)
     job = await app.enqueue("chaos.fenced", {"first": 20.0, "later": 0.2})
 
     def first_run() -> Run | None:
@@ -259,7 +266,7 @@ async def test_frozen_worker_is_fenced(cluster: Cluster, stubborn: bool) -> None
     When A resumes it must stop trusting the lease (cancel its handler) and any
     outcome it still reports is refused: the stored result stays B's (G4)."""
     app = await cluster.app()
-    a = cluster.start_worker(1, name="worker-a")
+    a = cluster.start_worker(1, env=SHORT_LEASE, name="worker-a")  # B's lease can be long
     job = await app.enqueue("chaos.fenced", {"first": 8.0, "later": 0.2, "stubborn": stubborn})
 
     def first_run() -> Run | None:

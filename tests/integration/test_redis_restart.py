@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from chaos_helpers import FAST, Cluster, get_jobs
+from chaos_helpers import FAST, SHORT_LEASE, Cluster, get_jobs
 from redis_servers import RedisServer
 
 from conveyor.app import Conveyor
@@ -65,10 +65,11 @@ async def test_acknowledged_enqueues_survive_a_server_kill(tmp_path: Path) -> No
         (tmp_path / "world").mkdir()
         async with Cluster(tmp_path / "world") as world:
             world.url = url
-            env = {**FAST, "CONVEYOR_URL": url}
+            # Short lease: a claim whose reply the kill cut off is recovered in time.
+            env = {**FAST, **SHORT_LEASE, "CONVEYOR_URL": url}
             worker = world.start_worker(8, env=env)
             app: Conveyor = await world.app()
-            warmup = await app.enqueue_many([("chaos.sleep", {"n": -1}, None)] * 20)
+            warmup = await app.enqueue_many([("chaos.sleep", {"n": -1})] * 20)
             done = JobFilter(states=[JobState.COMPLETED])
 
             async def worker_running() -> bool:

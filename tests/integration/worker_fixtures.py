@@ -20,9 +20,11 @@ from conveyor.job import Job
 from conveyor.worker.worker import Worker
 from support.kits import KITS, BackendKit
 
-#: Small settings so that leases, stalls, polls and grace periods take moments.
+#: Small settings so that stalls, polls and grace periods take moments. Not the
+#: lease: a host pause longer than a short one makes the worker cancel its own
+#: job. Tests about leases (renewal, loss, stall recovery) set a short one.
 FAST: dict[str, Any] = {
-    "lease": "0.6s",
+    "lease": "30s",
     "stall_interval": "0.2s",
     "poll_interval": "0.05s",
     "heartbeat_interval": "0.5s",
