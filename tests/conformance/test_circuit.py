@@ -25,6 +25,7 @@ from .helpers import (
     new_job,
     ran_before,
     settle_ok,
+    settlement,
 )
 
 POLICY = CircuitPolicy(threshold=3, open_for=0.2)
@@ -92,6 +93,27 @@ async def test_a_success_resets_the_count(backend: Backend) -> None:
     assert info is not None
     assert info.state is CircuitState.CLOSED
     assert info.failures == 2
+
+
+async def test_outcomes_of_one_batch_count_in_order(backend: Backend) -> None:
+    # A success resets the count even right after a success and a failure of
+    # the same batch: 2 failures at the end, below the threshold of 3.
+    outcomes = [Outcome.COMPLETE, Outcome.FAIL, Outcome.COMPLETE, Outcome.FAIL, Outcome.FAIL]
+    await enqueue(backend, *(new_job("flaky") for _ in outcomes))
+    running = (await claim(backend, limit=len(outcomes))).jobs
+    assert len(running) == len(outcomes)
+    failed = {"error": error(), "failure_reason": FailureReason.ERROR}
+    result = await backend.settle_jobs(
+        [
+            settlement(job, outcome, circuit=POLICY, **(failed if outcome is Outcome.FAIL else {}))
+            for job, outcome in zip(running, outcomes, strict=True)
+        ]
+    )
+    assert result.refused == set()
+    assert result.circuit_changes == []
+    info = await circuit_of(backend, "flaky")
+    assert info is not None
+    assert (info.state, info.failures) == (CircuitState.CLOSED, 2)
 
 
 async def test_runs_without_a_policy_do_not_count(backend: Backend) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conveyor.backends.base import Backend, JobFilter
+from conveyor.errors import BackendError
 from conveyor.job import ErrorInfo, JobState
 
 from .helpers import CLOCK_SLACK, enqueue, fetch, new_job
@@ -59,6 +62,19 @@ async def test_results_come_back_in_input_order(backend: Backend) -> None:
     assert [j.task for j in jobs] == [n.task for n in batch]
     assert [j.queue for j in jobs] == [n.queue for n in batch]
     assert await backend.count_jobs(JobFilter()) == 20
+
+
+@pytest.mark.parametrize("where", ["stored", "in the batch"])
+async def test_an_id_taken_refuses_the_whole_batch(backend: Backend, where: str) -> None:
+    (first,) = await enqueue(backend, new_job("first"))
+    taken = first.id if where == "stored" else new_job().id
+    batch = [new_job("a"), new_job("b", id=taken), new_job("c")]
+    if where == "in the batch":
+        batch.insert(1, new_job("d", id=taken))
+    with pytest.raises(BackendError):
+        await backend.enqueue_jobs(batch)
+    assert await backend.count_jobs(JobFilter()) == 1
+    assert (await fetch(backend, first.id)).task == "first"
 
 
 async def test_empty_batch_is_a_no_op(backend: Backend) -> None:

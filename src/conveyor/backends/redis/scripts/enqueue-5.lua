@@ -23,6 +23,7 @@ local in_batch = {}
 local seen = {}
 local added = {}
 local qttl = {}
+local fresh = {}
 
 for i = 0, n - 1 do
   local b = 2 + i * F
@@ -43,13 +44,23 @@ for i = 0, n - 1 do
     end
   end
   if not item then
-    if seen[id] or redis.call('EXISTS', jkey(id)) == 1 then return {'exists', id} end
+    if seen[id] then return {'exists', id} end
     seen[id] = true
-    item = {'new', b}
+    fresh[#fresh + 1] = id
+    item = b  -- a new job: where its arguments start
     added[q] = (added[q] or 0) + 1
     if ik ~= '' then in_batch[ik] = id end
   end
   plan[i + 1] = item
+end
+
+-- Ids already taken, in one read for the batch (every job is in `all`).
+for first = 1, #fresh, 4000 do
+  local last = math.min(first + 3999, #fresh)
+  local scores = redis.call('ZMSCORE', K_ALL, unpack(fresh, first, last))
+  for i = first, last do
+    if scores[i - first + 1] then return {'exists', fresh[i]} end
+  end
 end
 
 for q, count in pairs(added) do
@@ -69,14 +80,16 @@ local counts = {}
 local all = {}
 local woken = {}
 local timer = false
-local waits, expiring, delayed, payloads, dups = {}, {}, {}, {}, {}
-local queue_waits = {}
+local expiring, delayed, payloads, dups = {}, {}, {}, {}
+local waits = {}        -- queue -> task -> {its waiting set's key, ZADD arguments}
+local queue_waits = {}  -- queue -> the keys of its waiting sets this batch adds to
+local prefixes = {}     -- run_at text -> wmember's prefix (most jobs share one)
 local out = {'ok', fmt(now)}
 local nowtext = fmt(now)
 for i = 1, n do
   local item = plan[i]
-  if item[1] == 'new' then
-    local b = item[2]
+  if type(item) == 'number' then
+    local b = item
     local id, t, q = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
     local run_at
     local ratext
@@ -122,18 +135,25 @@ for i = 1, n do
     all[#all + 1] = id
         if state == 'waiting' then
       -- Batched per (queue, task): one ZADD for the whole run of jobs.
-      local wk = wkey(q, t)
-      local list = waits[wk]
-      if not list then
-        list = {}
-        waits[wk] = list
+      local tasks = waits[q]
+      if not tasks then tasks = {}; waits[q] = tasks end
+      local w = tasks[t]
+      if not w then
+        w = {wkey(q, t), {}}
+        tasks[t] = w
         redis.call('SADD', wtkey(q), t)
         local wks = queue_waits[q]
         if not wks then wks = {}; queue_waits[q] = wks end
-        wks[#wks + 1] = wk
+        wks[#wks + 1] = w[1]
       end
+      local prefix = prefixes[ratext]
+      if not prefix then
+        prefix = wmember(run_at, '')
+        prefixes[ratext] = prefix
+      end
+      local list = w[2]
       list[#list + 1] = -(tonumber(pr) or 0)
-      list[#list + 1] = wmember(run_at, id)
+      list[#list + 1] = prefix .. id
       if ex then
         expiring[#expiring + 1] = ex
         expiring[#expiring + 1] = id
@@ -166,7 +186,9 @@ for i = 1, #payloads, 4000 do
   redis.call('MSET', unpack(payloads, i, math.min(i + 3999, #payloads)))
 end
 call_many('ZADD', K_ALL, all)
-for wk, list in pairs(waits) do call_many('ZADD', wk, list) end
+for _, tasks in pairs(waits) do
+  for _, w in pairs(tasks) do call_many('ZADD', w[1], w[2]) end
+end
 call_many('ZADD', K_EXPIRING, expiring)
 call_many('ZADD', K_DELAYED, delayed)
 for q, _ in pairs(counts) do redis.call('SADD', K_QUEUES, q) end

@@ -254,9 +254,9 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
   local removed = {}
   local payload_keys = {}
   local act = {}
-  local ids = {}
+  local ttl_ids = {}  -- claimed jobs with a TTL: they leave the expiring index
   for _, c in ipairs(cands) do
-    if #ids >= limit then break end
+    if #claimed >= limit then break end
     local t = c[4]
     if budgets[t] > 0 then
       budgets[t] = budgets[t] - 1
@@ -276,6 +276,8 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
           row[i + 1] = attempts
         elseif name == 's' then
           row[i + 1] = 'active'
+        elseif name == 'ex' then
+          ttl_ids[#ttl_ids + 1] = id
         end
       end
       redis.call('HSET', key, 'a', attempts, 's', 'active', 'lu', lutext, 'lt', token, 'w', worker,
@@ -289,7 +291,6 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
       payload_keys[#payload_keys + 1] = pkey(id)
       act[#act + 1] = lease_until
       act[#act + 1] = id
-      ids[#ids + 1] = id
       bump(counts, c[3], 'waiting', 'active')
       if trials[t] then
         local ck = circuitkey(t)
@@ -316,7 +317,7 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     end
   end
   for wk, members in pairs(removed) do call_many('ZREM', wk, members) end
-  call_many('ZREM', K_EXPIRING, ids)
+  call_many('ZREM', K_EXPIRING, ttl_ids)
   add_active(K_ACTIVE, act)
   return claimed, expired
 end

@@ -19,18 +19,24 @@ local counts = {}
 local woken = {}
 local timer = false
 local left_active, completed = {}, {}
+-- Tasks whose circuit a success of this batch left closed with no failures:
+-- later successes would change nothing (most batches are all successes).
+local clean = {}
 
 local function count_run(t, threshold, open_for, success)
+  if success and clean[t] then return end
   local ck = circuitkey(t)
   local c = redis.call('HMGET', ck, 'state', 'failures')
   local state = c[1]
   if success then
+    clean[t] = true
     if not state then return end
     redis.call('HSET', ck, 'state', 'closed', 'failures', 0)
     redis.call('HDEL', ck, 'open_until')
     if state ~= 'closed' then changes[#changes + 1] = {t, 'closed', '0', ''} end
     return
   end
+  clean[t] = nil
   state = state or 'closed'
   local failures = (tonumber(c[2]) or 0) + 1
   redis.call('HSET', ck, 'state', state, 'failures', failures, 'open_for', fmt(open_for))
