@@ -80,6 +80,37 @@ def _float_text(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
+def _enqueue_options(new: base.NewJob) -> bytes:
+    """The enqueue script's last argument for ``new``: empty when every option
+    it holds has its default (most jobs), else those options, MessagePack."""
+    if (
+        new.priority == 0
+        and new.delay == 0
+        and new.run_at is None
+        and new.ttl is None
+        and new.idempotency_key is None
+        and new.tenant is None
+        and new.metadata is None
+        and new.retry_of is None
+    ):
+        return b""
+    packed: bytes = msgpack.packb(
+        [
+            new.priority,
+            new.delay,
+            None if new.run_at is None else float(new.run_at),
+            None if new.ttl is None else float(new.ttl),
+            new.idempotency_key,
+            float(new.idempotency_ttl),
+            new.tenant,
+            new.metadata,
+            new.retry_of,
+        ],
+        use_bin_type=False,  # the server's cmsgpack reads no bin type: bytes go as str
+    )
+    return packed
+
+
 class RedisBackend(base.Backend):
     """Jobs in Redis (standalone or cluster), shared by every process."""
 
@@ -251,17 +282,9 @@ class RedisBackend(base.Backend):
                     new.task,
                     new.queue,
                     new.payload,
-                    new.priority,
                     new.max_attempts,
                     _opt(new.timeout),
-                    new.delay,
-                    _float_text(new.run_at),
-                    _float_text(new.ttl),
-                    _opt(new.idempotency_key),
-                    new.idempotency_ttl,
-                    _opt(new.tenant),
-                    _opt(new.metadata),
-                    _opt(new.retry_of),
+                    _enqueue_options(new),
                 )
             )
         k = self.keys

@@ -7,17 +7,21 @@
 -- New waiting jobs go first to the queue's idle workers (direct handoff: claimed
 -- for them, pushed to their inboxes); the queue's wake-up is published only
 -- when some of them are still waiting.
--- ARGV[1] key prefix; ARGV[2] number of jobs n; then n groups of 15:
---   id, task, queue, payload, priority, max_attempts, timeout|'', delay,
---   run_at|'', ttl|'', idempotency_key|'', idempotency_ttl, tenant|'',
---   metadata|'', retry_of|''
+-- ARGV[1] key prefix; ARGV[2] number of jobs n; then n groups of 7:
+--   id, task, queue, payload, max_attempts, timeout|'', options
+-- options: '' when every other option has its default (most jobs: fewer
+--   arguments to pack and to convert), else a MessagePack array of priority,
+--   delay, run_at|nil, ttl|nil, idempotency_key|nil, idempotency_ttl,
+--   tenant|nil, metadata|nil, retry_of|nil
 -- Returns {'ok', now, item...}: item {'n', state, run_at, ttl|'', expires_at|''}
 -- for a new job (just 'n' when it is waiting, due now, without a TTL), {'d', {field, value...}} for a live duplicate, {'g', id, task,
 -- queue, state|'', key} for a duplicate whose job retention deleted;
 -- or {'full', queue, max_size} / {'exists', id} with nothing stored.
 local now = now_time()
 local n = tonumber(ARGV[2])
-local F = 15
+local F = 7
+local DEFAULTS = {0, 0}  -- priority 0, no delay, nothing else set
+local options = {}
 local plan = {}
 local in_batch = {}
 local seen = {}
@@ -27,9 +31,13 @@ local fresh = {}
 
 for i = 0, n - 1 do
   local b = 2 + i * F
-  local id, q, ik = ARGV[b + 1], ARGV[b + 3], ARGV[b + 11]
+  local id, q = ARGV[b + 1], ARGV[b + 3]
+  local o = DEFAULTS
+  if ARGV[b + 7] ~= '' then o = cmsgpack.unpack(ARGV[b + 7]) end
+  options[i + 1] = o
+  local ik = o[5]
   local item = nil
-  if ik ~= '' then
+  if ik then
     if in_batch[ik] then
       item = {'dup', in_batch[ik]}
     else
@@ -49,7 +57,7 @@ for i = 0, n - 1 do
     fresh[#fresh + 1] = id
     item = b  -- a new job: where its arguments start
     added[q] = (added[q] or 0) + 1
-    if ik ~= '' then in_batch[ik] = id end
+    if ik then in_batch[ik] = id end
   end
   plan[i + 1] = item
 end
@@ -91,19 +99,20 @@ for i = 1, n do
   if type(item) == 'number' then
     local b = item
     local id, t, q = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+    local o = options[i]
     local run_at
     local ratext
-    if ARGV[b + 9] ~= '' then
-      ratext = ARGV[b + 9]
-      run_at = tonumber(ratext)
-    elseif ARGV[b + 8] == '0' then
+    if o[3] then
+      run_at = o[3]
+      ratext = fmt(run_at)
+    elseif o[2] == 0 then
       run_at = now
       ratext = nowtext
     else
-      run_at = now + tonumber(ARGV[b + 8])
+      run_at = now + o[2]
       ratext = fmt(run_at)
     end
-    local ttl = tonumber(ARGV[b + 10])
+    local ttl = o[4]
     if qttl[q] and (not ttl or qttl[q] < ttl) then ttl = qttl[q] end
     local state = 'waiting'
     if run_at > now then state = 'delayed' end
@@ -112,10 +121,10 @@ for i = 1, n do
     local fields = {'t', t, 'q', q, 's', state, 'ra', ratext,
       'ca', nowtext, 'a', 0}
     local n_ = #fields
-    local pr = ARGV[b + 5]
-    if pr ~= '0' then fields[n_ + 1] = 'pr'; fields[n_ + 2] = pr; n_ = n_ + 2 end
-    fields[n_ + 1] = 'ma'; fields[n_ + 2] = ARGV[b + 6]; n_ = n_ + 2
-    if ARGV[b + 7] ~= '' then fields[n_ + 1] = 'to'; fields[n_ + 2] = ARGV[b + 7]; n_ = n_ + 2 end
+    local pr = o[1]
+    if pr ~= 0 then fields[n_ + 1] = 'pr'; fields[n_ + 2] = string.format('%d', pr); n_ = n_ + 2 end
+    fields[n_ + 1] = 'ma'; fields[n_ + 2] = ARGV[b + 5]; n_ = n_ + 2
+    if ARGV[b + 6] ~= '' then fields[n_ + 1] = 'to'; fields[n_ + 2] = ARGV[b + 6]; n_ = n_ + 2 end
     local ex = nil
     local ttltext, extext = '', ''
     if ttl then
@@ -125,11 +134,11 @@ for i = 1, n do
       fields[n_ + 1] = 'ttl'; fields[n_ + 2] = ttltext
       fields[n_ + 3] = 'ex'; fields[n_ + 4] = extext; n_ = n_ + 4
     end
-    local ik = ARGV[b + 11]
-    if ik ~= '' then fields[n_ + 1] = 'ik'; fields[n_ + 2] = ik; n_ = n_ + 2 end
-    if ARGV[b + 13] ~= '' then fields[n_ + 1] = 'tn'; fields[n_ + 2] = ARGV[b + 13]; n_ = n_ + 2 end
-    if ARGV[b + 14] ~= '' then fields[n_ + 1] = 'm'; fields[n_ + 2] = ARGV[b + 14]; n_ = n_ + 2 end
-    if ARGV[b + 15] ~= '' then fields[n_ + 1] = 'ro'; fields[n_ + 2] = ARGV[b + 15]; n_ = n_ + 2 end
+    local ik = o[5]
+    if ik then fields[n_ + 1] = 'ik'; fields[n_ + 2] = ik; n_ = n_ + 2 end
+    if o[7] then fields[n_ + 1] = 'tn'; fields[n_ + 2] = o[7]; n_ = n_ + 2 end
+    if o[8] then fields[n_ + 1] = 'm'; fields[n_ + 2] = o[8]; n_ = n_ + 2 end
+    if o[9] then fields[n_ + 1] = 'ro'; fields[n_ + 2] = o[9]; n_ = n_ + 2 end
     redis.call('HSET', jkey(id), unpack(fields))
     all[#all + 1] = 0
     all[#all + 1] = id
@@ -152,7 +161,7 @@ for i = 1, n do
         prefixes[ratext] = prefix
       end
       local list = w[2]
-      list[#list + 1] = -(tonumber(pr) or 0)
+      list[#list + 1] = -pr
       list[#list + 1] = prefix .. id
       if ex then
         expiring[#expiring + 1] = ex
@@ -164,10 +173,10 @@ for i = 1, n do
       delayed[#delayed + 1] = id
       timer = true
     end
-    if ik ~= '' then
+    if ik then
       local key = idemkey(ik)
       redis.call('HSET', key, 'id', id, 'task', t, 'queue', q)
-      redis.call('PEXPIRE', key, math.max(1, math.floor(tonumber(ARGV[b + 12]) * 1000)))
+      redis.call('PEXPIRE', key, math.max(1, math.floor(o[6] * 1000)))
     end
     bump(counts, q, nil, state)
     if ratext == nowtext and not ttl then
