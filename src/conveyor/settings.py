@@ -116,8 +116,8 @@ class Settings(BaseSettings):
     claim_batch: int = Field(200, ge=1)
     """Most jobs one claim takes."""
     prefetch: int | None = Field(None, ge=0)
-    """Jobs a worker claims ahead of its free slots (``None``: ``concurrency // 2``;
-    0: claim only into free slots)."""
+    """Jobs a worker claims ahead of its free slots (``None``: adaptive, from
+    ``concurrency // 2`` to ``2 * concurrency``; 0: claim only into free slots)."""
     cancel_grace: Duration = 5.0
     """After a cancel request, how long a running handler may finish cooperatively."""
     worker_queue_ttl: Duration = 300.0

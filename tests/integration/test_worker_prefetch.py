@@ -313,3 +313,56 @@ async def test_burst_drains_the_buffer_before_it_exits(stack: Stack) -> None:
     assert worker.active == {}
     for job in jobs:
         assert (await stored(job)).state is JobState.COMPLETED
+
+
+async def drain_in_burst(worker: Worker, count: int) -> list[int]:
+    """Run ``worker`` in burst mode over ``count`` enqueued jobs; its prefetch,
+    read at every job's start."""
+    seen: list[int] = []
+    worker.app.events.on("active", lambda event, job, worker_id: seen.append(worker.prefetch))
+    await asyncio.wait_for(worker.run(), 60)
+    assert worker.processed == count
+    return seen
+
+
+async def test_the_default_buffer_grows_for_short_jobs(stack: Stack) -> None:
+    app = stack.app()
+
+    @app.task("quick")
+    async def quick(ctx: JobContext) -> None:
+        pass
+
+    await app.enqueue_many([("quick", None)] * 400)
+    worker = app.worker(install_signals=False, burst=True, concurrency=4)
+    assert worker.prefetch == 2
+    seen = await drain_in_burst(worker, 400)
+    # A claim takes far longer than a no-op run: the buffer reaches its
+    # ceiling, twice the slots, and never passes it.
+    assert max(seen) == 8
+
+
+async def test_the_default_buffer_stays_at_half_the_slots_for_long_jobs(stack: Stack) -> None:
+    app = stack.app()
+
+    @app.task("slow")
+    async def slow(ctx: JobContext) -> None:
+        await asyncio.sleep(0.2)
+
+    await app.enqueue_many([("slow", None)] * 12)
+    worker = app.worker(install_signals=False, burst=True, concurrency=4)
+    seen = await drain_in_burst(worker, 12)
+    # The slots finish a job every 50 ms and a claim takes milliseconds: two
+    # round trips' worth is well under the base, half the slots.
+    assert set(seen) == {2}
+
+
+async def test_a_prefetch_that_was_set_does_not_adapt(stack: Stack) -> None:
+    app = stack.app(prefetch=3)
+
+    @app.task("quick")
+    async def quick(ctx: JobContext) -> None:
+        pass
+
+    await app.enqueue_many([("quick", None)] * 200)
+    seen = await drain_in_burst(app.worker(install_signals=False, burst=True, concurrency=4), 200)
+    assert set(seen) == {3}

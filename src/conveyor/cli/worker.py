@@ -66,7 +66,7 @@ def setup_logging(level: str) -> None:
 @click.option(
     "--prefetch",
     type=click.IntRange(0),
-    help="Jobs claimed ahead of free slots (default: the app's setting, concurrency // 2).",
+    help="Jobs claimed ahead of free slots (default: the app's setting, else adaptive).",
 )
 @click.option(
     "--processes",

@@ -5,7 +5,9 @@ a buffer, so a slot that frees starts the next job at once while the claim
 loop refills the buffer in the background. Buffered jobs hold leases like
 running ones (renewed, cancellable, distrusted when renewals fail) and count
 against per-task caps; they are released, attempt given back, as soon as the
-worker stops claiming.
+worker stops claiming. By default the buffer adapts: it holds what the slots
+run through during two claim round trips (moving averages of both), at least
+half the slots and at most twice as many, so only short jobs make it grow.
 
 Roles: the claim loop (here), the :class:`Executor` (one job), the
 :class:`Acker` (batched outcomes), the :class:`LeaseKeeper`, the
@@ -70,6 +72,13 @@ def resolve_prefetch(setting: int | None, concurrency: int) -> int:
     return concurrency // 2 if setting is None else setting
 
 
+def prefetch_ceiling(setting: int | None, concurrency: int) -> int:
+    """How far an adaptive buffer may grow: twice the slots for the default (none
+    for a single-slot worker); a prefetch the user set stays as set."""
+    base = resolve_prefetch(setting, concurrency)
+    return 2 * concurrency if setting is None and base > 0 else base
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"
 
@@ -102,9 +111,13 @@ class Worker:
         self.own_queue = f"worker.{self.id}"
         self.queues: list[str] = [*listen, self.own_queue]
         self.concurrency = concurrency or self.settings.concurrency
-        self.prefetch = resolve_prefetch(
-            prefetch if prefetch is not None else self.settings.prefetch, self.concurrency
-        )
+        setting = prefetch if prefetch is not None else self.settings.prefetch
+        #: The buffer's size now: it adapts between its base and its ceiling.
+        self.prefetch = self._prefetch_base = resolve_prefetch(setting, self.concurrency)
+        self._prefetch_ceiling = prefetch_ceiling(setting, self.concurrency)
+        #: Moving averages (seconds) that size an adaptive buffer: one run, one claim.
+        self._run_time: float | None = None
+        self._claim_time = 0.0
         self.burst = burst
         self.install_signals = install_signals
         self.maintenance = maintenance
@@ -306,12 +319,11 @@ class Worker:
         batch_max = self.settings.claim_batch
         failures = 0
         last_claimed = time.monotonic()
-        capacity = self.concurrency + self.prefetch
-        # Refill the buffer in chunks, not one job per finished job: small claims
-        # cost as much as big ones. Idle slots are always filled at once.
-        refill_at = max(1, self.prefetch // 2)
         while not self._stopping:
-            free = capacity - len(self.active) - len(self.buffered)
+            # Refill the buffer in chunks, not one job per finished job: small
+            # claims cost as much as big ones. Idle slots are always filled at once.
+            refill_at = max(1, self.prefetch // 2)
+            free = self.concurrency + self.prefetch - len(self.active) - len(self.buffered)
             if free <= 0 or (free < refill_at and len(self.active) >= self.concurrency):
                 self._slot_free.clear()
                 await self._slot_free.wait()  # stop() sets it too; no helper tasks here
@@ -328,6 +340,7 @@ class Worker:
                 logger.warning("claim failed (retrying in %.2fs): %s", delay, exc)
                 await self._wait_for(asyncio.sleep(delay), None)
                 continue
+            self._adapt_prefetch(time.monotonic() - sent_at)
             self._take(result, sent_at)
             if len(result.jobs) >= limit:
                 await asyncio.sleep(0)  # let the batch start before claiming more
@@ -351,6 +364,17 @@ class Worker:
                 poll = min(poll, 0.05)
             self._slot_free.clear()
             await self._wait_for(backend.wait_for_work(self.queues, poll), self._slot_free.wait())
+
+    def _adapt_prefetch(self, claim_time: float) -> None:
+        """Size the buffer to what the slots finish during two claim round trips:
+        a refill starts when half the buffer is gone, and the other half must
+        last until it arrives. 50 ms jobs and a 1 ms claim need 2 jobs at
+        ``-c 50`` (the base, 25, holds); no-op jobs need hundreds (the ceiling)."""
+        self._claim_time += (claim_time - self._claim_time) * 0.2
+        if self._run_time is None or self._prefetch_ceiling == self._prefetch_base:
+            return
+        needed = 2 * self.concurrency * self._claim_time / max(self._run_time, 1e-6)
+        self.prefetch = int(min(self._prefetch_ceiling, max(self._prefetch_base, needed)))
 
     def _take(self, result: ClaimResult, sent_at: float) -> None:
         """A claim's (or a handoff's) outcome; their leases started at ``sent_at``."""
@@ -498,6 +522,8 @@ class Worker:
             del self.active[job.id]
             self._running_by_task[job.task] -= 1
             self.processed += 1
+            took = time.perf_counter() - started
+            self._run_time = took if self._run_time is None else self._run_time * 0.95 + took * 0.05
             if self._next and not self._stopping:
                 self._start_buffered()
             self._slot_free.set()
