@@ -41,6 +41,10 @@ ENQUEUE_OPTIONS = frozenset(
 )
 
 
+#: Priorities every backend stores as they are (PostgreSQL: a 32-bit integer).
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class _Defaults:
     queue: str
@@ -140,19 +144,29 @@ class JobBuilder:
         if metadata is not None and not isinstance(metadata, dict):
             raise TypeError("metadata must be a dict")
         priority = options.get("priority")
+        if priority is not None:
+            priority = int(priority)
+            if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+                raise ValueError(f"priority must be a 32-bit integer, not {priority}")
+        key = options.get("idempotency_key")
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ValueError(f"idempotency_key must be a non-empty string, not {key!r}")
+        tenant = options.get("tenant")
+        if tenant is not None and not isinstance(tenant, str):
+            raise TypeError(f"tenant must be a string, not {type(tenant).__name__}")
         return NewJob(
             id=job_id,
             task=task,
             queue=queue,
             payload=data,
-            priority=int(priority) if priority is not None else d.priority,
+            priority=priority if priority is not None else d.priority,
             max_attempts=attempts or d.max_attempts,
             timeout=parse_duration(timeout) if timeout is not None else None,
             delay=parse_duration(options.get("delay") or 0),
             run_at=float(run_at) if run_at is not None else None,
             ttl=parse_duration(ttl) if ttl is not None else None,
-            idempotency_key=options.get("idempotency_key"),
+            idempotency_key=key,
             idempotency_ttl=settings.idempotency_ttl,
-            tenant=options.get("tenant"),
+            tenant=tenant,
             metadata=serialization.dumps(metadata) if metadata else None,
         )

@@ -5,8 +5,8 @@ a buffer, so a slot that frees starts the next job at once while the claim
 loop refills the buffer in the background. Buffered jobs hold leases like
 running ones (renewed, cancellable, distrusted when renewals fail) and count
 against per-task caps; they are released, attempt given back, as soon as the
-worker stops claiming. By default the buffer adapts: it holds what the slots
-run through during two claim round trips (moving averages of both), at least
+worker stops claiming. By default the buffer adapts: it holds what the worker
+completes during two claim round trips (moving averages of both), at least
 half the slots and at most twice as many, so only short jobs make it grow.
 
 Roles: the claim loop (here), the :class:`Executor` (one job), the
@@ -72,11 +72,14 @@ def resolve_prefetch(setting: int | None, concurrency: int) -> int:
     return concurrency // 2 if setting is None else setting
 
 
-def prefetch_ceiling(setting: int | None, concurrency: int) -> int:
-    """How far an adaptive buffer may grow: twice the slots for the default (none
-    for a single-slot worker); a prefetch the user set stays as set."""
+def prefetch_ceiling(setting: int | None, concurrency: int, rate_limited: bool) -> int:
+    """How far an adaptive buffer may grow: twice the slots for the default. It
+    stays at its base for a single-slot worker, for a prefetch the user set, and
+    with rate limits (counted at claim: a big buffer would let jobs claimed in
+    one window start in the next, on top of that window's own)."""
     base = resolve_prefetch(setting, concurrency)
-    return 2 * concurrency if setting is None and base > 0 else base
+    adaptive = setting is None and base > 0 and not rate_limited
+    return 2 * concurrency if adaptive else base
 
 
 def default_worker_id() -> str:
@@ -114,10 +117,12 @@ class Worker:
         setting = prefetch if prefetch is not None else self.settings.prefetch
         #: The buffer's size now: it adapts between its base and its ceiling.
         self.prefetch = self._prefetch_base = resolve_prefetch(setting, self.concurrency)
-        self._prefetch_ceiling = prefetch_ceiling(setting, self.concurrency)
-        #: Moving averages (seconds) that size an adaptive buffer: one run, one claim.
-        self._run_time: float | None = None
+        #: Moving averages that size an adaptive buffer: a claim's round trip
+        #: (seconds) and runs completed per second; completions since the last claim.
         self._claim_time = 0.0
+        self._done_rate = 0.0
+        self._done = 0
+        self._done_since = time.monotonic()
         self.burst = burst
         self.install_signals = install_signals
         self.maintenance = maintenance
@@ -147,6 +152,9 @@ class Worker:
         }
         #: In burst mode, how long an empty claim may wait on a rate limit's window.
         self._rate_window = max((r.period for r in self._rate_limited.values()), default=0.0)
+        self._prefetch_ceiling = prefetch_ceiling(
+            setting, self.concurrency, bool(self._rate_limited)
+        )
         #: Direct handoff (backends that support it): decided in run().
         self._handoff = False
         self._handoff_task: asyncio.Task[None] | None = None
@@ -340,7 +348,7 @@ class Worker:
                 logger.warning("claim failed (retrying in %.2fs): %s", delay, exc)
                 await self._wait_for(asyncio.sleep(delay), None)
                 continue
-            self._adapt_prefetch(time.monotonic() - sent_at)
+            self._adapt_prefetch(time.monotonic() - sent_at, len(result.jobs) >= limit)
             self._take(result, sent_at)
             if len(result.jobs) >= limit:
                 await asyncio.sleep(0)  # let the batch start before claiming more
@@ -365,15 +373,25 @@ class Worker:
             self._slot_free.clear()
             await self._wait_for(backend.wait_for_work(self.queues, poll), self._slot_free.wait())
 
-    def _adapt_prefetch(self, claim_time: float) -> None:
-        """Size the buffer to what the slots finish during two claim round trips:
-        a refill starts when half the buffer is gone, and the other half must
-        last until it arrives. 50 ms jobs and a 1 ms claim need 2 jobs at
-        ``-c 50`` (the base, 25, holds); no-op jobs need hundreds (the ceiling)."""
-        self._claim_time += (claim_time - self._claim_time) * 0.2
-        if self._run_time is None or self._prefetch_ceiling == self._prefetch_base:
+    def _adapt_prefetch(self, claim_time: float, full: bool) -> None:
+        """Size the buffer to what the worker completes during two claim round
+        trips: a refill starts when half the buffer is gone, and the other half
+        must last until it arrives. 50 ms jobs at ``-c 50`` with a 1 ms claim
+        need 2 (the base, 25, holds); no-op jobs need hundreds (the ceiling).
+        A claim that came back short (the queue ran dry) starts over at the
+        base: the next burst may be long jobs, which a big buffer would hoard."""
+        now = time.monotonic()
+        span, self._done_since = now - self._done_since, now
+        done, self._done = self._done, 0
+        if self._prefetch_ceiling == self._prefetch_base:
             return
-        needed = 2 * self.concurrency * self._claim_time / max(self._run_time, 1e-6)
+        self._claim_time += (claim_time - self._claim_time) * 0.2
+        if not full:
+            self.prefetch, self._done_rate = self._prefetch_base, 0.0
+            return
+        if span > 0:
+            self._done_rate += (done / span - self._done_rate) * 0.2
+        needed = 2 * self._claim_time * self._done_rate
         self.prefetch = int(min(self._prefetch_ceiling, max(self._prefetch_base, needed)))
 
     def _take(self, result: ClaimResult, sent_at: float) -> None:
@@ -508,6 +526,8 @@ class Worker:
         try:
             settlement = await self.executor.execute(run)
             if settlement is not None:
+                if settlement.outcome is Outcome.COMPLETE:
+                    self._done += 1  # what sizes the buffer: failures may be instant
                 self.acker.add(settlement, job)
                 duration = time.perf_counter() - started
                 self.stats.add_outcome(job.task, job.queue, settlement.outcome, duration)
@@ -522,8 +542,6 @@ class Worker:
             del self.active[job.id]
             self._running_by_task[job.task] -= 1
             self.processed += 1
-            took = time.perf_counter() - started
-            self._run_time = took if self._run_time is None else self._run_time * 0.95 + took * 0.05
             if self._next and not self._stopping:
                 self._start_buffered()
             self._slot_free.set()
