@@ -5,9 +5,7 @@ a buffer, so a slot that frees starts the next job at once while the claim
 loop refills the buffer in the background. Buffered jobs hold leases like
 running ones (renewed, cancellable, distrusted when renewals fail) and count
 against per-task caps; they are released, attempt given back, as soon as the
-worker stops claiming. By default the buffer adapts: it holds what the worker
-completes during two claim round trips (moving averages of both), at least
-half the slots and at most twice as many, so only short jobs make it grow.
+worker stops claiming. By default the buffer's size adapts (prefetch.py).
 
 Roles: the claim loop (here), the :class:`Executor` (one job), the
 :class:`Acker` (batched outcomes), the :class:`LeaseKeeper`, the
@@ -51,6 +49,7 @@ from conveyor.worker.acker import Acker
 from conveyor.worker.executor import Executor
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.leases import LeaseKeeper
+from conveyor.worker.prefetch import Prefetch
 from conveyor.worker.running import Running
 from conveyor.worker.stats import StatsReporter
 
@@ -63,23 +62,6 @@ logger = logging.getLogger("conveyor.worker")
 
 #: How long one wait for handed-off jobs blocks (seconds); the shutdown ends it sooner.
 HANDOFF_POP_TIMEOUT = 5.0
-
-
-def resolve_prefetch(setting: int | None, concurrency: int) -> int:
-    """``None`` (the default) means half the worker's slots: enough to cover a claim
-    round trip at full load (measured), and 0 for a single-slot worker, which keeps
-    strict priority order and never takes a waiting job down with a crashing one."""
-    return concurrency // 2 if setting is None else setting
-
-
-def prefetch_ceiling(setting: int | None, concurrency: int, rate_limited: bool) -> int:
-    """How far an adaptive buffer may grow: twice the slots for the default. It
-    stays at its base for a single-slot worker, for a prefetch the user set, and
-    with rate limits (counted at claim: a big buffer would let jobs claimed in
-    one window start in the next, on top of that window's own)."""
-    base = resolve_prefetch(setting, concurrency)
-    adaptive = setting is None and base > 0 and not rate_limited
-    return 2 * concurrency if adaptive else base
 
 
 def default_worker_id() -> str:
@@ -114,15 +96,6 @@ class Worker:
         self.own_queue = f"worker.{self.id}"
         self.queues: list[str] = [*listen, self.own_queue]
         self.concurrency = concurrency or self.settings.concurrency
-        setting = prefetch if prefetch is not None else self.settings.prefetch
-        #: The buffer's size now: it adapts between its base and its ceiling.
-        self.prefetch = self._prefetch_base = resolve_prefetch(setting, self.concurrency)
-        #: Moving averages that size an adaptive buffer: a claim's round trip
-        #: (seconds) and runs completed per second; completions since the last claim.
-        self._claim_time = 0.0
-        self._done_rate = 0.0
-        self._done = 0
-        self._done_since = time.monotonic()
         self.burst = burst
         self.install_signals = install_signals
         self.maintenance = maintenance
@@ -152,14 +125,21 @@ class Worker:
         }
         #: In burst mode, how long an empty claim may wait on a rate limit's window.
         self._rate_window = max((r.period for r in self._rate_limited.values()), default=0.0)
-        self._prefetch_ceiling = prefetch_ceiling(
-            setting, self.concurrency, bool(self._rate_limited)
+        self._prefetch = Prefetch(
+            prefetch if prefetch is not None else self.settings.prefetch,
+            self.concurrency,
+            rate_limited=bool(self._rate_limited),
         )
         #: Direct handoff (backends that support it): decided in run().
         self._handoff = False
         self._handoff_task: asyncio.Task[None] | None = None
         #: The shutdown gave the buffer back: jobs handed off later are released.
         self._released = False
+
+    @property
+    def prefetch(self) -> int:
+        """How many claimed jobs the worker holds beyond its slots now (prefetch.py)."""
+        return self._prefetch.size
 
     # -- control ----------------------------------------------------------------
     def stop(self, force: bool = False) -> None:
@@ -348,7 +328,7 @@ class Worker:
                 logger.warning("claim failed (retrying in %.2fs): %s", delay, exc)
                 await self._wait_for(asyncio.sleep(delay), None)
                 continue
-            self._adapt_prefetch(time.monotonic() - sent_at, len(result.jobs) >= limit)
+            self._prefetch.after_claim(time.monotonic() - sent_at, len(result.jobs) >= limit)
             self._take(result, sent_at)
             if len(result.jobs) >= limit:
                 await asyncio.sleep(0)  # let the batch start before claiming more
@@ -372,27 +352,6 @@ class Worker:
                 poll = min(poll, 0.05)
             self._slot_free.clear()
             await self._wait_for(backend.wait_for_work(self.queues, poll), self._slot_free.wait())
-
-    def _adapt_prefetch(self, claim_time: float, full: bool) -> None:
-        """Size the buffer to what the worker completes during two claim round
-        trips: a refill starts when half the buffer is gone, and the other half
-        must last until it arrives. 50 ms jobs at ``-c 50`` with a 1 ms claim
-        need 2 (the base, 25, holds); no-op jobs need hundreds (the ceiling).
-        A claim that came back short (the queue ran dry) starts over at the
-        base: the next burst may be long jobs, which a big buffer would hoard."""
-        now = time.monotonic()
-        span, self._done_since = now - self._done_since, now
-        done, self._done = self._done, 0
-        if self._prefetch_ceiling == self._prefetch_base:
-            return
-        self._claim_time += (claim_time - self._claim_time) * 0.2
-        if not full:
-            self.prefetch, self._done_rate = self._prefetch_base, 0.0
-            return
-        if span > 0:
-            self._done_rate += (done / span - self._done_rate) * 0.2
-        needed = 2 * self._claim_time * self._done_rate
-        self.prefetch = int(min(self._prefetch_ceiling, max(self._prefetch_base, needed)))
 
     def _take(self, result: ClaimResult, sent_at: float) -> None:
         """A claim's (or a handoff's) outcome; their leases started at ``sent_at``."""
@@ -527,7 +486,7 @@ class Worker:
             settlement = await self.executor.execute(run)
             if settlement is not None:
                 if settlement.outcome is Outcome.COMPLETE:
-                    self._done += 1  # what sizes the buffer: failures may be instant
+                    self._prefetch.completed()
                 self.acker.add(settlement, job)
                 duration = time.perf_counter() - started
                 self.stats.add_outcome(job.task, job.queue, settlement.outcome, duration)
