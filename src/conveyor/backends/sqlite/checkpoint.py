@@ -31,6 +31,8 @@ logger = logging.getLogger("conveyor.backends.sqlite")
 #: Rows changed by this process's writer between two background checkpoints
 #: (a drain writes ~0.16 WAL pages per changed row, an enqueue ~0.06).
 CHECKPOINT_EVERY = 2000
+#: Seconds the checkpointer's connection may wait for a lock while it opens.
+SETUP_TIMEOUT = 10.0
 
 
 class Checkpointer:
@@ -76,8 +78,14 @@ class Checkpointer:
 
     def _run(self) -> None:
         try:
+            # Opening may meet the writer setting the file up (WAL mode, schema):
+            # wait for it like any connection. A passive checkpoint itself never
+            # waits on the busy timeout.
             conn = sqlite3.connect(
-                self.options.path, timeout=0, isolation_level=None, check_same_thread=True
+                self.options.path,
+                timeout=SETUP_TIMEOUT,
+                isolation_level=None,
+                check_same_thread=True,
             )
             conn.execute(SYNCHRONOUS[self.options.synchronous])
             conn.execute("PRAGMA cache_size = 16")  # a checkpoint does not read through it
