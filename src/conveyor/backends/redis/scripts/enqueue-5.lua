@@ -86,11 +86,9 @@ end
 -- Validated: from here on nothing fails, so the batch is all or nothing.
 local counts = {}
 local all = {}
-local woken = {}
 local timer = false
 local expiring, delayed, payloads, dups = {}, {}, {}, {}
 local waits = {}        -- queue -> task -> {its waiting set's key, ZADD arguments}
-local queue_waits = {}  -- queue -> the keys of its waiting sets this batch adds to
 local prefixes = {}     -- run_at text -> wmember's prefix (most jobs share one)
 local out = {'ok', fmt(now)}
 local nowtext = fmt(now)
@@ -142,7 +140,7 @@ for i = 1, n do
     redis.call('HSET', jkey(id), unpack(fields))
     all[#all + 1] = 0
     all[#all + 1] = id
-        if state == 'waiting' then
+    if state == 'waiting' then
       -- Batched per (queue, task): one ZADD for the whole run of jobs.
       local tasks = waits[q]
       if not tasks then tasks = {}; waits[q] = tasks end
@@ -151,9 +149,6 @@ for i = 1, n do
         w = {wkey(q, t), {}}
         tasks[t] = w
         redis.call('SADD', wtkey(q), t)
-        local wks = queue_waits[q]
-        if not wks then wks = {}; queue_waits[q] = wks end
-        wks[#wks + 1] = w[1]
       end
       local prefix = prefixes[ratext]
       if not prefix then
@@ -167,7 +162,6 @@ for i = 1, n do
         expiring[#expiring + 1] = ex
         expiring[#expiring + 1] = id
       end
-      woken[q] = true
     else
       delayed[#delayed + 1] = run_at
       delayed[#delayed + 1] = id
@@ -203,12 +197,15 @@ call_many('ZADD', K_DELAYED, delayed)
 for q, _ in pairs(counts) do redis.call('SADD', K_QUEUES, q) end
 -- Idle workers get the new work straight away, claimed for them (one hop less
 -- than waking them to claim); the others are woken for what is left.
-for q, _ in pairs(woken) do
-  woken[q] = hand_off(now, q, queue_waits[q], counts)
+local still_waiting = {}
+for q, tasks in pairs(waits) do
+  local keys = {}
+  for _, w in pairs(tasks) do keys[#keys + 1] = w[1] end
+  still_waiting[q] = hand_off(now, q, keys, counts)
 end
 flush(counts)
 for i, id in pairs(dups) do out[i] = {'d', job_row(id)} end
-for q, left in pairs(woken) do
+for q, left in pairs(still_waiting) do
   if left then redis.call('PUBLISH', K_WAKE, 'q:' .. q) end
 end
 if timer then redis.call('PUBLISH', K_WAKE, 't:') end

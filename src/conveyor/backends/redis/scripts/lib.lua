@@ -104,14 +104,11 @@ end
 local function remove_job(id, counts)
   local key = jkey(id)
   local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'ik')
-  if not f[1] then
-    -- A row lost outside the scripts (an eviction, a manual DEL): its id must
-    -- not stay taken in `all`, where enqueue looks ids up.
-    redis.call('ZREM', K_ALL, id)
-    return false
-  end
-  unindex(id, f[1], f[2], f[3], f[4], f[5])
+  -- Even for a row lost outside the scripts (an eviction, a manual DEL): its
+  -- id must not stay taken in `all`, where enqueue looks ids up.
   redis.call('ZREM', K_ALL, id)
+  if not f[1] then return false end
+  unindex(id, f[1], f[2], f[3], f[4], f[5])
   redis.call('DEL', key, pkey(id))
   bump(counts, f[2], f[1], nil)
   if f[6] then
