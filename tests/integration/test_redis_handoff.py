@@ -264,6 +264,50 @@ async def test_a_worker_starts_jobs_handed_to_it_and_unregisters_on_stop(
         await app.close()
 
 
+async def test_a_handed_job_starts_before_the_worker_pops_again(
+    url: str, client: aioredis.Redis
+) -> None:
+    """Popping again first would delay every handed job by the client work of
+    a pop, which is most of what an idle worker adds to pickup latency."""
+    app = Conveyor(url, poll_interval="5s")
+    events: list[str] = []
+
+    @app.task("t")
+    async def record(ctx: JobContext) -> None:
+        events.append("start")
+
+    backend = await app.connect()
+    assert isinstance(backend, RedisBackend)
+    pop = backend.next_handoff
+
+    async def logging_pop(worker_id: str, timeout: float) -> list[Handoff] | None:
+        events.append("pop")
+        handed = await pop(worker_id, timeout)
+        if handed:
+            events.append("handed")
+        return handed
+
+    backend.next_handoff = logging_pop  # type: ignore[method-assign]
+    worker = Worker(app, queues=["default"], concurrency=4, install_signals=False)
+    running = asyncio.create_task(worker.run())
+    try:
+        for _ in range(50):
+            if await client.zcard(backend.keys.idle("default")):
+                break
+            await asyncio.sleep(0.05)
+        await app.enqueue("t")
+        for _ in range(200):
+            if "handed" in events and events[-1] == "pop":
+                break
+            await asyncio.sleep(0.01)
+        handed = events.index("handed")
+        assert events[handed : handed + 3] == ["handed", "start", "pop"]
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 10)
+        await app.close()
+
+
 async def test_a_worker_with_capped_tasks_is_woken_not_handed_work(
     url: str, client: aioredis.Redis
 ) -> None:
@@ -302,8 +346,11 @@ async def test_a_handoff_that_waited_past_the_trusted_lease_is_released_not_run(
 
     backend = await app.connect()
     worker = Worker(app, queues=["elsewhere"], concurrency=2, install_signals=False)
+    started = asyncio.Event()
+    app.on("worker_started", lambda event, **data: started.set())
     running = asyncio.create_task(worker.run())
     try:
+        await asyncio.wait_for(started.wait(), 10)
         job = await app.enqueue("t")
         claim = await backend.claim_jobs(ClaimRequest(worker.id, ["default"], 1, 10.0))
         assert [j.id for j in claim.jobs] == [job.id]

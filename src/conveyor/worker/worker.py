@@ -394,6 +394,9 @@ class Worker:
                 return
             for handoff in handed:
                 self._take(handoff.result, handoff.leased_at)
+            # The jobs just taken start before the next pop is sent: sending it
+            # first delayed each handed job by the client work of a pop.
+            await asyncio.sleep(0)
 
     async def _end_handoffs(self) -> None:
         """No more handoffs: the ones not popped yet are held (then released)."""

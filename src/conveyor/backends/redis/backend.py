@@ -66,6 +66,10 @@ PRUNE_CAP = 20_000
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
 
 
+#: From this many jobs, enqueue_jobs builds the Job objects while the script runs.
+_OVERLAP_FROM = 16
+
+
 def _retrieve(call: asyncio.Future[Any]) -> None:
     """Consume the outcome of a call whose caller went away (no "never retrieved")."""
     if not call.cancelled():
@@ -289,16 +293,21 @@ class RedisBackend(base.Backend):
             )
         k = self.keys
         keys = [k.all, k.delayed, k.expiring, k.queues, k.wake]
-        call = asyncio.ensure_future(self._enqueue_call(keys, argv))
-        try:
-            # Build the Job objects while the server runs the script: only the
-            # server's clock is missing from most of them.
-            await asyncio.sleep(0)
+        if len(jobs) < _OVERLAP_FROM:
+            # A few jobs: sent at once, built after (a task to overlap them costs more).
+            reply = await self._enqueue_call(keys, argv)
             built = [self._new_job(new) for new in jobs]
-            reply = await asyncio.shield(call)
-        except asyncio.CancelledError:
-            call.add_done_callback(_retrieve)
-            raise
+        else:
+            call = asyncio.ensure_future(self._enqueue_call(keys, argv))
+            try:
+                # Build the Job objects while the server runs the script: only the
+                # server's clock is missing from most of them.
+                await asyncio.sleep(0)
+                built = [self._new_job(new) for new in jobs]
+                reply = await asyncio.shield(call)
+            except asyncio.CancelledError:
+                call.add_done_callback(_retrieve)
+                raise
         tag = reply[0]
         if tag == b"full":
             raise QueueFull(reply[1].decode(), int(reply[2]))
