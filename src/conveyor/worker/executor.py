@@ -18,6 +18,7 @@ from conveyor.errors import JobTimeout, UnknownTask, ValidationError
 from conveyor.events import EventBus
 from conveyor.job import ErrorInfo, FailureReason, Job
 from conveyor.task import FunctionHandler, Task
+from conveyor.worker.deadlines import Deadlines
 from conveyor.worker.threads import DaemonThreadPool
 
 if TYPE_CHECKING:
@@ -56,10 +57,12 @@ class Executor:
         self._pool: DaemonThreadPool | None = None
         self._circuits: dict[str, CircuitPolicy | None] = {}
         self._abandoned: list[DaemonThreadPool] = []
+        self._deadlines = Deadlines()
 
     async def close(self, grace: float = 1.0) -> None:
         """Stop the thread pools, giving sync handlers that were told to stop
         ``grace`` seconds to return; the rest are abandoned (daemon threads)."""
+        self._deadlines.close()
         pools = [*self._abandoned, *([self._pool] if self._pool else [])]
         self._pool, self._abandoned = None, []
         for pool in pools:
@@ -184,10 +187,8 @@ class Executor:
             process = handler.process
             call = lambda: process(run.ctx, job.payload)  # noqa: E731
 
-        # One timer per job, cancelled when the handler returns: cheaper than
-        # asyncio.timeout on this hot path. It interrupts the run with "timeout".
-        loop = asyncio.get_running_loop()
-        timer = loop.call_at(loop.time() + timeout, run.interrupt, "timeout")
+        # Interrupts the run with "timeout" (one loop timer for all runs: deadlines.py).
+        self._deadlines.add(run, timeout)
         try:
             if task.is_async:
                 return await call()
@@ -208,7 +209,7 @@ class Executor:
                     raise ValidationError(f"payload does not fit {job.task}: {bind_error}") from exc
             raise
         finally:
-            timer.cancel()
+            self._deadlines.discard(run)
 
     async def _failed(
         self, run: Running, task: Task, exc: BaseException, duration: float
