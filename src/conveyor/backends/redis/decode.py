@@ -28,6 +28,7 @@ with the hash as field ``p``, and the id as field ``id``. Absent fields are
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from conveyor import serialization
@@ -131,8 +132,84 @@ def job_from_hash(raw: Raw, duplicate: bool = False) -> Job:
     return Job(**fields)
 
 
+#: Fields whose values differ from job to job: not worth remembering in a batch.
+_UNIQUE = frozenset({b"id", b"ik", b"ro", b"rs"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """Where the fields of one hash layout sit in a reply (HGETALL keeps a
+    hash's field order, and the scripts append theirs in a fixed order)."""
+
+    plain: tuple[tuple[int, str, Callable[[bytes], Any], bool], ...]
+    """(value index, Job attribute, reader, shared: worth remembering)"""
+    payload: int | None
+
+
+#: Layout per tuple of field names; None: JSON fields besides the payload
+#: (a result, errors...), which job_from_hash reads. Claims see a handful.
+_LAYOUTS: dict[tuple[bytes, ...], _Layout | None] = {}
+_MAX_LAYOUTS = 256
+
+
+def _layout(names: tuple[bytes, ...]) -> _Layout | None:
+    plain = []
+    payload = None
+    for index, name in enumerate(names):
+        at = 2 * index + 1
+        read = _PLAIN.get(name)
+        if read is not None:
+            plain.append((at, read[0], read[1], name not in _UNIQUE))
+        elif name == b"p":
+            payload = at
+        elif name in _ENCODED:
+            return None
+    return _Layout(tuple(plain), payload)
+
+
 def jobs_from_hashes(raws: Sequence[Raw]) -> list[Job]:
-    return [job_from_hash(raw) for raw in raws]
+    """Like :func:`job_from_hash` for each row, in less time for a claim's rows:
+    each layout is worked out once, and each value they share (task, queue,
+    times, lease token...) is read once per call."""
+    out: list[Job] = []
+    read_once: dict[tuple[str, bytes], Any] = {}
+    for raw in raws:
+        names = tuple(raw[0::2])
+        try:
+            layout = _LAYOUTS[names]
+        except KeyError:
+            layout = _layout(names)
+            if len(_LAYOUTS) < _MAX_LAYOUTS:
+                _LAYOUTS[names] = layout
+        if layout is None:
+            out.append(job_from_hash(raw))
+            continue
+        fields: dict[str, Any] = {
+            "id": "",
+            "task": "",
+            "queue": "",
+            "max_attempts": 0,
+            "payload": None,
+            "metadata": {},
+            "errors": [],
+        }
+        for at, attribute, read, shared in layout.plain:
+            value = raw[at]
+            if shared:
+                key = (attribute, value)
+                try:
+                    fields[attribute] = read_once[key]
+                except KeyError:
+                    fields[attribute] = read_once[key] = read(value)
+            else:
+                fields[attribute] = read(value)
+        if layout.payload is not None:
+            try:
+                fields["payload"] = serialization.loads(raw[layout.payload])
+            except ValueError as exc:
+                fields["decode_error"] = f"stored payload is not valid JSON: {exc}"
+        out.append(Job(**fields))
+    return out
 
 
 def claim_result(claimed: Sequence[Raw], expired: Sequence[Raw]) -> ClaimResult:

@@ -1,0 +1,62 @@
+"""The batch decoder of claimed Redis rows (layouts planned once, shared values
+read once) gives the same jobs as decoding each row on its own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from conveyor.backends.redis.decode import job_from_hash, jobs_from_hashes
+from conveyor.job import JobState
+
+CLAIMED = [
+    b"t", b"send", b"q", b"mail", b"s", b"active", b"ra", b"1763856000.25",
+    b"ca", b"1763856000.25", b"a", b"1", b"ma", b"3",
+    b"lu", b"1763856060.5", b"lt", b"tok.1", b"w", b"w1", b"sa", b"1763856000.5",
+]  # fmt: skip
+
+
+def _row(job_id: str, payload: bytes = b'{"n": 1}', *extra: bytes) -> list[bytes]:
+    return [*CLAIMED, *extra, b"id", job_id.encode(), b"p", payload]
+
+
+def _same(raws: list[list[bytes]]) -> None:
+    batch = jobs_from_hashes(raws)
+    one_by_one = [job_from_hash(raw) for raw in raws]
+    assert [dataclasses.asdict(job) for job in batch] == [
+        dataclasses.asdict(job) for job in one_by_one
+    ]
+
+
+def test_rows_of_one_layout_decode_as_one_by_one() -> None:
+    raws = [_row(f"j{i}", b'{"n": %d}' % i) for i in range(5)]
+    _same(raws)
+    jobs = jobs_from_hashes(raws)
+    assert [job.id for job in jobs] == [f"j{i}" for i in range(5)]
+    assert [job.payload for job in jobs] == [{"n": i} for i in range(5)]
+    assert jobs[0].state is JobState.ACTIVE
+    assert jobs[0].lease_until == 1763856060.5
+    assert jobs[0].metadata is not jobs[1].metadata  # each job its own mutable fields
+
+
+def test_mixed_layouts_optional_fields_and_a_field_given_twice() -> None:
+    retried = [*CLAIMED[:-8], b"lu", b"1.0", *CLAIMED[-8:], b"id", b"r1", b"p", b"null"]
+    _same(
+        [
+            _row("a"),
+            _row("b", b"{}", b"pr", b"7", b"to", b"2.5", b"ik", b"key-b", b"tn", b"acme"),
+            retried,  # an earlier claim's lease_until, then this claim's: the last wins
+            _row("c"),
+        ]
+    )
+    assert jobs_from_hashes([retried])[0].lease_until == 1763856060.5
+
+
+def test_rows_with_json_fields_and_bad_payloads() -> None:
+    _same(
+        [
+            _row("m", b"{}", b"m", b'{"who": "me"}', b"r", b"42"),
+            _row("bad", b"{not json"),
+            _row("e", b"{}", b"e", b'[{"type": "E", "message": "x"}]'),
+        ]
+    )
+    assert jobs_from_hashes([_row("bad", b"{not json")])[0].decode_error is not None
