@@ -66,6 +66,19 @@ async def _pop(backend: RedisBackend, timeout: float = 1.0) -> list[Handoff]:
     return handed
 
 
+async def _idle_worker(
+    app: Conveyor, backend: RedisBackend, client: aioredis.Redis
+) -> tuple[Worker, asyncio.Task[None]]:
+    """A running worker of 'default', once it has registered as idle."""
+    worker = Worker(app, queues=["default"], concurrency=4, install_signals=False)
+    running = asyncio.create_task(worker.run())
+    for _ in range(50):
+        if await client.zcard(backend.keys.idle("default")):
+            break
+        await asyncio.sleep(0.05)
+    return worker, running
+
+
 async def test_an_idle_worker_is_handed_new_jobs_claimed_for_it(
     backend: RedisBackend, client: aioredis.Redis
 ) -> None:
@@ -239,13 +252,8 @@ async def test_a_worker_starts_jobs_handed_to_it_and_unregisters_on_stop(
         return handed
 
     backend.next_handoff = counting_pop  # type: ignore[method-assign]
-    worker = Worker(app, queues=["default"], concurrency=4, install_signals=False)
-    running = asyncio.create_task(worker.run())
+    worker, running = await _idle_worker(app, backend, client)
     try:
-        for _ in range(50):
-            if await client.zcard(backend.keys.idle("default")):
-                break
-            await asyncio.sleep(0.05)
         ids = []
         for _ in range(3):
             job = await app.enqueue("t")
@@ -288,13 +296,8 @@ async def test_a_handed_job_starts_before_the_worker_pops_again(
         return handed
 
     backend.next_handoff = logging_pop  # type: ignore[method-assign]
-    worker = Worker(app, queues=["default"], concurrency=4, install_signals=False)
-    running = asyncio.create_task(worker.run())
+    worker, running = await _idle_worker(app, backend, client)
     try:
-        for _ in range(50):
-            if await client.zcard(backend.keys.idle("default")):
-                break
-            await asyncio.sleep(0.05)
         await app.enqueue("t")
         for _ in range(200):
             if "handed" in events and events[-1] == "pop":

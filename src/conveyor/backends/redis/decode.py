@@ -87,10 +87,10 @@ _PLAIN: dict[bytes, tuple[str, Callable[[bytes], Any]]] = {
 _ENCODED = {b"p": 0, b"m": 1, b"r": 2, b"pg": 3, b"e": 4}
 
 
-def job_from_hash(raw: Raw, duplicate: bool = False) -> Job:
-    """A :class:`Job` from a flat ``[field, value, ...]`` HGETALL reply."""
-    # What a hash without the field decodes to, where Job's default differs.
-    fields: dict[str, Any] = {
+def _unset(duplicate: bool = False) -> dict[str, Any]:
+    """What a hash without the field decodes to, where Job's default differs
+    (new mutable values for each job)."""
+    return {
         "id": "",
         "task": "",
         "queue": "",
@@ -100,6 +100,18 @@ def job_from_hash(raw: Raw, duplicate: bool = False) -> Job:
         "errors": [],
         "duplicate": duplicate,
     }
+
+
+def _read_payload(fields: dict[str, Any], payload: bytes) -> None:
+    try:
+        fields["payload"] = serialization.loads(payload)
+    except ValueError as exc:
+        fields["decode_error"] = f"stored payload is not valid JSON: {exc}"
+
+
+def job_from_hash(raw: Raw, duplicate: bool = False) -> Job:
+    """A :class:`Job` from a flat ``[field, value, ...]`` HGETALL reply."""
+    fields = _unset(duplicate)
     encoded: list[bytes | None] = [None, None, None, None, None]
     it = iter(raw)
     for name, value in zip(it, it, strict=True):
@@ -114,10 +126,7 @@ def job_from_hash(raw: Raw, duplicate: bool = False) -> Job:
     if metadata is None and result is None and progress is None and errors is None:
         # The hot path: a fresh job has only a payload to decode.
         if payload is not None:
-            try:
-                fields["payload"] = serialization.loads(payload)
-            except ValueError as exc:
-                fields["decode_error"] = f"stored payload is not valid JSON: {exc}"
+            _read_payload(fields, payload)
     else:
         decoded = decode_fields(payload, metadata, result, progress, errors)
         fields.update(
@@ -184,15 +193,7 @@ def jobs_from_hashes(raws: Sequence[Raw]) -> list[Job]:
         if layout is None:
             out.append(job_from_hash(raw))
             continue
-        fields: dict[str, Any] = {
-            "id": "",
-            "task": "",
-            "queue": "",
-            "max_attempts": 0,
-            "payload": None,
-            "metadata": {},
-            "errors": [],
-        }
+        fields = _unset()
         for at, attribute, read, shared in layout.plain:
             value = raw[at]
             if shared:
@@ -204,10 +205,7 @@ def jobs_from_hashes(raws: Sequence[Raw]) -> list[Job]:
             else:
                 fields[attribute] = read(value)
         if layout.payload is not None:
-            try:
-                fields["payload"] = serialization.loads(raw[layout.payload])
-            except ValueError as exc:
-                fields["decode_error"] = f"stored payload is not valid JSON: {exc}"
+            _read_payload(fields, raw[layout.payload])
         out.append(Job(**fields))
     return out
 
