@@ -74,9 +74,11 @@ async def _idle_worker(
     running = asyncio.create_task(worker.run())
     for _ in range(50):
         if await client.zcard(backend.keys.idle("default")):
-            break
+            return worker, running
         await asyncio.sleep(0.05)
-    return worker, running
+    worker.stop()
+    await asyncio.wait_for(running, 10)
+    raise AssertionError("the worker did not register as idle within 2.5 s")
 
 
 async def test_an_idle_worker_is_handed_new_jobs_claimed_for_it(
@@ -303,6 +305,7 @@ async def test_a_handed_job_starts_before_the_worker_pops_again(
             if "handed" in events and events[-1] == "pop":
                 break
             await asyncio.sleep(0.01)
+        assert "handed" in events, f"nothing was handed: {events}"
         handed = events.index("handed")
         assert events[handed : handed + 3] == ["handed", "start", "pop"]
     finally:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from conveyor.backends.redis.decode import job_from_hash, jobs_from_hashes
 from conveyor.job import JobState
 
@@ -60,3 +62,16 @@ def test_rows_with_json_fields_and_bad_payloads() -> None:
         ]
     )
     assert jobs_from_hashes([_row("bad", b"{not json")])[0].decode_error is not None
+
+
+def test_a_row_whose_payload_key_is_gone() -> None:
+    gone = [*CLAIMED, b"id", b"g", b"p", None]  # what MGET returns for a missing key
+    _same([_row("a"), gone])  # type: ignore[list-item]
+    job = jobs_from_hashes([gone])[0]  # type: ignore[list-item]
+    assert job.payload is None
+    assert job.decode_error is None
+
+
+def test_a_row_of_odd_length_is_refused_as_one_by_one() -> None:
+    with pytest.raises(ValueError, match="zip"):  # job_from_hash's strict pairing
+        jobs_from_hashes([[*_row("a"), b"t"]])

@@ -36,7 +36,7 @@ from conveyor.backends.base import CircuitInfo, CircuitState, ClaimResult
 from conveyor.backends.rows import decode_fields
 from conveyor.job import FailureReason, Job, JobState
 
-Raw = Sequence[bytes]
+Raw = Sequence[bytes]  # a missing payload key comes back as None
 
 _STATES = {state.value.encode(): state for state in JobState}
 _REASONS = {reason.value.encode(): reason for reason in FailureReason}
@@ -147,8 +147,9 @@ _UNIQUE = frozenset({b"id", b"ik", b"ro", b"rs"})
 
 @dataclass(frozen=True, slots=True)
 class _Layout:
-    """Where the fields of one hash layout sit in a reply (HGETALL keeps a
-    hash's field order, and the scripts append theirs in a fixed order)."""
+    """Where the fields of one hash layout sit in a reply. Rows of one claim
+    mostly share one: a small hash keeps its fields in the order they were
+    written, and the scripts append theirs in a fixed order."""
 
     plain: tuple[tuple[int, str, Callable[[bytes], Any], bool], ...]
     """(value index, Job attribute, reader, shared: worth remembering)"""
@@ -156,7 +157,8 @@ class _Layout:
 
 
 #: Layout per tuple of field names; None: JSON fields besides the payload
-#: (a result, errors...), which job_from_hash reads. Claims see a handful.
+#: (a result, errors...), which job_from_hash reads. Claims see a handful;
+#: the cache starts over when full.
 _LAYOUTS: dict[tuple[bytes, ...], _Layout | None] = {}
 _MAX_LAYOUTS = 256
 
@@ -188,10 +190,11 @@ def jobs_from_hashes(raws: Sequence[Raw]) -> list[Job]:
             layout = _LAYOUTS[names]
         except KeyError:
             layout = _layout(names)
-            if len(_LAYOUTS) < _MAX_LAYOUTS:
-                _LAYOUTS[names] = layout
-        if layout is None:
-            out.append(job_from_hash(raw))
+            if len(_LAYOUTS) >= _MAX_LAYOUTS:
+                _LAYOUTS.clear()
+            _LAYOUTS[names] = layout
+        if layout is None or len(raw) % 2:
+            out.append(job_from_hash(raw))  # which also refuses a row of odd length
             continue
         fields = _unset()
         for at, attribute, read, shared in layout.plain:
@@ -205,7 +208,9 @@ def jobs_from_hashes(raws: Sequence[Raw]) -> list[Job]:
             else:
                 fields[attribute] = read(value)
         if layout.payload is not None:
-            _read_payload(fields, raw[layout.payload])
+            payload = raw[layout.payload]
+            if payload is not None:  # None: the payload key is gone
+                _read_payload(fields, payload)
         out.append(Job(**fields))
     return out
 
