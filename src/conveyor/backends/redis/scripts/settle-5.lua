@@ -58,21 +58,25 @@ for i = 0, n - 1 do
   else
     local q, t = f[4], f[5]
     left_active[#left_active + 1] = id
-    redis.call('HDEL', key, 'lu', 'lt')
-    if ARGV[b + 11] ~= '' then redis.call('HSET', key, 'pg', ARGV[b + 11]) end
-    if ARGV[b + 6] ~= '' and outcome ~= 'complete' then append_error(key, ARGV[b + 6]) end
     local final = outcome
     if f[3] == '1' and (outcome == 'retry' or outcome == 'release') then
       final = 'cancel'  -- a pending cancel wins: the job would wait again
       cancelled[#cancelled + 1] = id
     end
+    local no_result = final == 'complete' and ARGV[b + 5] == ''
+    if no_result then
+      redis.call('HDEL', key, 'lu', 'lt', 'r')  -- one call for the common case
+    else
+      redis.call('HDEL', key, 'lu', 'lt')
+    end
+    if ARGV[b + 11] ~= '' then redis.call('HSET', key, 'pg', ARGV[b + 11]) end
+    if ARGV[b + 6] ~= '' and outcome ~= 'complete' then append_error(key, ARGV[b + 6]) end
     local ttl = tonumber(f[8])
     if final == 'complete' then
-      if ARGV[b + 5] ~= '' then
-        redis.call('HSET', key, 's', 'completed', 'r', ARGV[b + 5], 'fa', nowtext)
-      else
+      if no_result then
         redis.call('HSET', key, 's', 'completed', 'fa', nowtext)
-        redis.call('HDEL', key, 'r')
+      else
+        redis.call('HSET', key, 's', 'completed', 'r', ARGV[b + 5], 'fa', nowtext)
       end
       completed[#completed + 1] = now
       completed[#completed + 1] = id
