@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from conveyor.job import FailureReason, JobState
+from conveyor.producer import PRIORITY_MAX, PRIORITY_MIN
 
 #: Names of tasks, queues, tenants, keys: printable, bounded.
 Name = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")]
@@ -36,7 +37,7 @@ class EnqueueBody(Body):
     run_at: float | AwareDatetime | None = Field(
         None, description="POSIX seconds or an ISO 8601 time with a zone."
     )
-    priority: int | None = Field(None, ge=-SMALL_INT, le=SMALL_INT)
+    priority: int | None = Field(None, ge=PRIORITY_MIN, le=PRIORITY_MAX)  # what enqueue takes
     attempts: int | None = Field(None, ge=1, le=SMALL_INT)
     timeout: DurationValue | None = None
     idempotency_key: Name | None = None
