@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from conveyor import serialization
-from conveyor.backends.base import Backend, Outcome
+from conveyor.backends.base import Backend, CircuitPolicy, Outcome, Settlement
 from conveyor.job import FailureReason, Job, JobState
 
 from .helpers import (
@@ -14,10 +14,13 @@ from .helpers import (
     claim_one,
     enqueue,
     enqueue_one,
+    error,
+    fail_run,
     fetch,
     new_job,
     settle,
     settle_ok,
+    settlement,
 )
 
 SHORT = 0.2  # a lease that expires during the test
@@ -246,6 +249,47 @@ async def test_settling_twice_is_refused_the_second_time(backend: Backend) -> No
     stored = await fetch(backend, job.id)
     assert stored.state is JobState.COMPLETED
     assert stored.result == 1
+
+
+async def test_one_batch_settles_mixed_outcomes(backend: Backend) -> None:
+    """Plain completions (one counted in its task's circuit), a result, a failure,
+    a release and a stale token in one batch: each job gets its own outcome."""
+    policy = CircuitPolicy(threshold=3, open_for=60.0)
+    for _ in range(2):
+        await fail_run(backend, "flaky", policy)
+    jobs = await enqueue(backend, *[new_job() for _ in range(5)], new_job("flaky"))
+    running = {j.id: j for j in (await claim(backend, limit=6)).jobs}
+    plain, with_result, failed, released, stale, counted = (running[j.id] for j in jobs)
+    result = await backend.settle_jobs(
+        [
+            settlement(plain, Outcome.COMPLETE),
+            settlement(counted, Outcome.COMPLETE, circuit=policy),
+            settlement(with_result, Outcome.COMPLETE, result=serialization.dumps([1, 2])),
+            settlement(failed, Outcome.FAIL, error=error(), failure_reason=FailureReason.ERROR),
+            Settlement(stale.id, "stale-token", Outcome.COMPLETE, stale.task),
+            settlement(released, Outcome.RELEASE),
+        ]
+    )
+    assert result.refused == {stale.id}
+    states = {j.id: (await fetch(backend, j.id)).state for j in jobs}
+    assert states == {
+        plain.id: JobState.COMPLETED,
+        with_result.id: JobState.COMPLETED,
+        failed.id: JobState.FAILED,
+        released.id: JobState.WAITING,
+        stale.id: JobState.ACTIVE,
+        counted.id: JobState.COMPLETED,
+    }
+    assert (await fetch(backend, with_result.id)).result == [1, 2]
+    for job in (plain, counted):
+        stored = await fetch(backend, job.id)
+        assert stored.result is None
+        assert stored.errors == []
+        assert stored.lease_token is None
+        assert stored.lease_until is None
+        assert stored.finished_at is not None
+    circuit = next(c for c in await backend.list_circuits() if c.task == "flaky")
+    assert circuit.failures == 0  # the success reset the two failures before it
 
 
 async def test_progress_is_saved_under_the_token(backend: Backend) -> None:

@@ -5,10 +5,13 @@
 -- KEYS[3] circuits    tasks that have a circuit
 -- KEYS[4] expiring    waiting jobs with a TTL
 -- KEYS[5] wake        (channel) wake-up notifications
--- ARGV[1] key prefix; ARGV[2] number of settlements n; then n groups of 11:
+-- ARGV[1] key prefix; ARGV[2] number of settlements n; then n groups, in order,
+-- each one of
+--   job id, lease token, 'c' | 'c+': a completion without result or progress
+--     (most runs), 'c+' counting it in the task's circuit (3 arguments)
 --   job id, lease token, outcome (complete|retry|fail|cancel|release), task,
---   result|'', error JSON|'', failure reason|'', retry delay,
---   circuit threshold|'' (no circuit), circuit open_for, progress|''
+--     result|'', error JSON|'', failure reason|'', retry delay,
+--     circuit threshold|'' (no circuit), circuit open_for, progress|'' (11)
 -- Returns {refused ids}, {ids a pending cancel ended}, {{task, state,
 -- failures, open_until|''} per circuit change}.
 local now = now_time()
@@ -48,74 +51,100 @@ local function count_run(t, threshold, open_for, success)
   end
 end
 
-for i = 0, n - 1 do
-  local b = 2 + i * 11
+-- A completion without a result drops the lease fields and any stale result
+-- in one call.
+local function complete(key, id, q, result)
+  if result == '' then
+    redis.call('HDEL', key, 'lu', 'lt', 'r')
+    redis.call('HSET', key, 's', 'completed', 'fa', nowtext)
+  else
+    redis.call('HDEL', key, 'lu', 'lt')
+    redis.call('HSET', key, 's', 'completed', 'r', result, 'fa', nowtext)
+  end
+  left_active[#left_active + 1] = id
+  completed[#completed + 1] = now
+  completed[#completed + 1] = id
+  bump(counts, q, 'active', 'completed')
+end
+
+-- Any outcome, from its group of 11 at ARGV[b + 1].
+local function settle(b)
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local key = jkey(id)
   local f = redis.call('HMGET', key, 's', 'lt', 'cr', 'q', 't', 'pr', 'ra', 'ttl', 'a')
   if f[1] ~= 'active' or f[2] ~= token then
     refused[#refused + 1] = id
+    return
+  end
+  local q, t = f[4], f[5]
+  local final = outcome
+  if f[3] == '1' and (outcome == 'retry' or outcome == 'release') then
+    final = 'cancel'  -- a pending cancel wins: the job would wait again
+    cancelled[#cancelled + 1] = id
+  end
+  if ARGV[b + 11] ~= '' then redis.call('HSET', key, 'pg', ARGV[b + 11]) end
+  if final == 'complete' then
+    complete(key, id, q, ARGV[b + 5])
   else
-    local q, t = f[4], f[5]
+    redis.call('HDEL', key, 'lu', 'lt')
     left_active[#left_active + 1] = id
-    local final = outcome
-    if f[3] == '1' and (outcome == 'retry' or outcome == 'release') then
-      final = 'cancel'  -- a pending cancel wins: the job would wait again
-      cancelled[#cancelled + 1] = id
+    if ARGV[b + 6] ~= '' then append_error(key, ARGV[b + 6]) end
+  end
+  local ttl = tonumber(f[8])
+  if final == 'retry' then
+    local run_at = now + tonumber(ARGV[b + 8])
+    redis.call('HSET', key, 's', 'delayed', 'ra', fmt(run_at))
+    if ttl then redis.call('HSET', key, 'ex', fmt(run_at + ttl)) end
+    redis.call('HDEL', key, 'w')
+    redis.call('ZADD', KEYS[2], run_at, id)
+    bump(counts, q, 'active', 'delayed')
+    timer = true
+  elseif final == 'fail' then
+    local reason = ARGV[b + 7]
+    if reason == '' then reason = 'error' end
+    redis.call('HSET', key, 's', 'failed', 'fr', reason, 'fa', nowtext)
+    redis.call('ZADD', donekey('failed'), now, id)
+    bump(counts, q, 'active', 'failed')
+  elseif final == 'cancel' then
+    redis.call('HSET', key, 's', 'cancelled', 'fa', nowtext)
+    redis.call('ZADD', donekey('cancelled'), now, id)
+    bump(counts, q, 'active', 'cancelled')
+  elseif final == 'release' then  -- back in its place, the attempt given back, a fresh TTL
+    local attempts = math.max(0, (tonumber(f[9]) or 0) - 1)
+    local ex = nil
+    redis.call('HSET', key, 's', 'waiting', 'a', attempts)
+    if ttl then
+      ex = now + ttl
+      redis.call('HSET', key, 'ex', fmt(ex))
     end
-    local no_result = final == 'complete' and ARGV[b + 5] == ''
-    if no_result then
-      redis.call('HDEL', key, 'lu', 'lt', 'r')  -- one call for the common case
+    redis.call('HDEL', key, 'w')
+    enter_waiting(id, q, t, f[6], f[7], ex)
+    bump(counts, q, 'active', 'waiting')
+    woken[q] = true
+  end
+  -- The circuit counts the run as the worker reported it.
+  if ARGV[b + 9] ~= '' and (outcome == 'complete' or outcome == 'retry' or outcome == 'fail') then
+    count_run(t, tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10]), outcome == 'complete')
+  end
+end
+
+local b = 2
+for _ = 1, n do
+  local kind = ARGV[b + 3]
+  if kind == 'c' or kind == 'c+' then
+    local id = ARGV[b + 1]
+    local key = jkey(id)
+    local f = redis.call('HMGET', key, 's', 'lt', 'q', 't')
+    if f[1] ~= 'active' or f[2] ~= ARGV[b + 2] then
+      refused[#refused + 1] = id
     else
-      redis.call('HDEL', key, 'lu', 'lt')
+      complete(key, id, f[3], '')
+      if kind == 'c+' then count_run(f[4], 0, 0, true) end
     end
-    if ARGV[b + 11] ~= '' then redis.call('HSET', key, 'pg', ARGV[b + 11]) end
-    if ARGV[b + 6] ~= '' and outcome ~= 'complete' then append_error(key, ARGV[b + 6]) end
-    local ttl = tonumber(f[8])
-    if final == 'complete' then
-      if no_result then
-        redis.call('HSET', key, 's', 'completed', 'fa', nowtext)
-      else
-        redis.call('HSET', key, 's', 'completed', 'r', ARGV[b + 5], 'fa', nowtext)
-      end
-      completed[#completed + 1] = now
-      completed[#completed + 1] = id
-      bump(counts, q, 'active', 'completed')
-    elseif final == 'retry' then
-      local run_at = now + tonumber(ARGV[b + 8])
-      redis.call('HSET', key, 's', 'delayed', 'ra', fmt(run_at))
-      if ttl then redis.call('HSET', key, 'ex', fmt(run_at + ttl)) end
-      redis.call('HDEL', key, 'w')
-      redis.call('ZADD', KEYS[2], run_at, id)
-      bump(counts, q, 'active', 'delayed')
-      timer = true
-    elseif final == 'fail' then
-      local reason = ARGV[b + 7]
-      if reason == '' then reason = 'error' end
-      redis.call('HSET', key, 's', 'failed', 'fr', reason, 'fa', nowtext)
-      redis.call('ZADD', donekey('failed'), now, id)
-      bump(counts, q, 'active', 'failed')
-    elseif final == 'cancel' then
-      redis.call('HSET', key, 's', 'cancelled', 'fa', nowtext)
-      redis.call('ZADD', donekey('cancelled'), now, id)
-      bump(counts, q, 'active', 'cancelled')
-    else  -- release: back in its place, the attempt given back, a fresh TTL
-      local attempts = math.max(0, (tonumber(f[9]) or 0) - 1)
-      local ex = nil
-      redis.call('HSET', key, 's', 'waiting', 'a', attempts)
-      if ttl then
-        ex = now + ttl
-        redis.call('HSET', key, 'ex', fmt(ex))
-      end
-      redis.call('HDEL', key, 'w')
-      enter_waiting(id, q, t, f[6], f[7], ex)
-      bump(counts, q, 'active', 'waiting')
-      woken[q] = true
-    end
-    -- The circuit counts the run as the worker reported it.
-    if ARGV[b + 9] ~= '' and (outcome == 'complete' or outcome == 'retry' or outcome == 'fail') then
-      count_run(t, tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10]), outcome == 'complete')
-    end
+    b = b + 3
+  else
+    settle(b)
+    b = b + 11
   end
 end
 call_many('ZREM', KEYS[1], left_active)
