@@ -1,13 +1,20 @@
 """The batch decoder of claimed Redis rows (layouts planned once, shared values
-read once) gives the same jobs as decoding each row on its own."""
+read once) gives the same jobs as decoding each row on its own; a claim's lease
+groups give each job its group's lease over what its row holds."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import msgpack
 import pytest
 
-from conveyor.backends.redis.decode import job_from_hash, jobs_from_hashes
+from conveyor.backends.redis.decode import (
+    claim_result,
+    job_from_hash,
+    jobs_from_hashes,
+    leased_result,
+)
 from conveyor.job import JobState
 
 CLAIMED = [
@@ -75,3 +82,36 @@ def test_a_row_whose_payload_key_is_gone() -> None:
 def test_a_row_of_odd_length_is_refused_as_one_by_one() -> None:
     with pytest.raises(ValueError, match="zip"):  # job_from_hash's strict pairing
         jobs_from_hashes([[*_row("a"), b"t"]])
+
+
+def _unleased(job_id: str, *extra: bytes) -> list[bytes]:
+    """A claimed row as the claim script sends it: the lease fields are in its group."""
+    return [*CLAIMED[:-8], *extra, b"id", job_id.encode(), b"p", b"{}"]
+
+
+def test_each_job_takes_its_lease_group_over_its_row() -> None:
+    stale = _unleased("old", b"sa", b"1.5", b"w", b"gone")  # an earlier attempt's
+    with_errors = _unleased("err", b"e", b'[{"type": "E", "message": "x"}]')  # general path
+    groups = [
+        [b"1763856100.5", b"tok.1", b"w1", b"1763856040.5", [_unleased("a"), stale]],
+        [b"1763856200.5", b"tok.2", b"w1", b"1763856140.5", [with_errors]],
+    ]
+    expired = [[*CLAIMED[:-8], b"id", b"x", b"p", b"{}"]]
+    result = leased_result(groups, expired)
+    leases = [(j.id, j.lease_until, j.lease_token, j.worker_id, j.started_at) for j in result.jobs]
+    assert leases == [
+        ("a", 1763856100.5, "tok.1", "w1", 1763856040.5),
+        ("old", 1763856100.5, "tok.1", "w1", 1763856040.5),
+        ("err", 1763856200.5, "tok.2", "w1", 1763856140.5),
+    ]
+    assert result.jobs[2].errors[0].type == "E"
+    assert [j.id for j in result.expired] == ["x"]
+    assert result.expired[0].lease_token is None
+
+
+def test_a_packed_claim_decodes_like_its_groups() -> None:
+    groups = [[b"1763856100.5", b"tok.1", b"w1", b"1763856040.5", [_unleased("a")]]]
+    packed = msgpack.packb([groups, []])
+    assert [dataclasses.asdict(j) for j in claim_result(packed).jobs] == [
+        dataclasses.asdict(j) for j in leased_result(groups, []).jobs
+    ]

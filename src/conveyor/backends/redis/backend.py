@@ -436,8 +436,7 @@ class RedisBackend(base.Backend):
             argv += (task, rate.limit, rate.period)
         k = self.keys
         keys = [k.delayed, k.expiring, k.active, k.done("failed")]
-        claimed, expired = await self._run("claim", keys, argv)
-        return decode.claim_result(claimed, expired)
+        return decode.claim_result(await self._run("claim", keys, argv))
 
     # -- direct handoff ------------------------------------------------------------
     hands_off = True
@@ -476,8 +475,8 @@ class RedisBackend(base.Backend):
                     self._inboxes_ended.add(worker_id)
                     break
                 continue  # an earlier process's, with the same worker id
-            at, claimed, expired = msgpack.unpackb(packed, raw=True)
-            result = decode.claim_result(claimed, expired)
+            at, groups, expired = msgpack.unpackb(packed, raw=True)
+            result = decode.leased_result(groups, expired)
             handed.append(base.Handoff(result, sent + (float(at) - before)))
         if not handed and worker_id in self._inboxes_ended:
             await self._close_inbox(worker_id)
@@ -497,8 +496,8 @@ class RedisBackend(base.Backend):
 
     async def end_handoffs(self, worker_id: str, lease: float) -> base.ClaimResult:
         self._inboxes_ending.add(worker_id)
-        claimed, expired = await self._run("handoff-end", [self.keys.active], [worker_id, lease])
-        return decode.claim_result(claimed, expired)
+        packed = await self._run("handoff-end", [self.keys.active], [worker_id, lease])
+        return decode.claim_result(packed)
 
     async def renew_leases(
         self, worker_id: str, leases: Sequence[tuple[str, str]], lease: float

@@ -23,6 +23,10 @@ The payload is a string key of its own (``keys.payload``); scripts return it
 with the hash as field ``p``, and the id as field ``id``. Absent fields are
 ``None`` (or 0). A column that does not decode sets
 ``decode_error`` (see ``backends/rows.py``); reading never raises on it.
+
+Claims (and handoffs) come as lease groups packed with MessagePack: the lease
+fields every job of one claim shares (``lu``, ``lt``, ``w``, ``sa``) once, then
+the rows without them (``lease_group`` in ``scripts/lib.lua``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import msgpack
 
 from conveyor import serialization
 from conveyor.backends.base import CircuitInfo, CircuitState, ClaimResult
@@ -178,10 +184,11 @@ def _layout(names: tuple[bytes, ...]) -> _Layout | None:
     return _Layout(tuple(plain), payload)
 
 
-def jobs_from_hashes(raws: Sequence[Raw]) -> list[Job]:
+def jobs_from_hashes(raws: Sequence[Raw], lease: dict[str, Any] | None = None) -> list[Job]:
     """Like :func:`job_from_hash` for each row, in less time for a claim's rows:
     each layout is worked out once, and each value they share (task, queue,
-    times, lease token...) is read once per call."""
+    times...) is read once per call. ``lease``: Job attributes every row takes,
+    over what the row holds."""
     out: list[Job] = []
     read_once: dict[tuple[str, bytes], Any] = {}
     for raw in raws:
@@ -194,7 +201,11 @@ def jobs_from_hashes(raws: Sequence[Raw]) -> list[Job]:
                 _LAYOUTS.clear()
             _LAYOUTS[names] = layout
         if layout is None or len(raw) % 2:
-            out.append(job_from_hash(raw))  # which also refuses a row of odd length
+            job = job_from_hash(raw)  # which also refuses a row of odd length
+            if lease:
+                for attribute, value in lease.items():
+                    setattr(job, attribute, value)
+            out.append(job)
             continue
         fields = _unset()
         for at, attribute, read, shared in layout.plain:
@@ -211,13 +222,31 @@ def jobs_from_hashes(raws: Sequence[Raw]) -> list[Job]:
             payload = raw[layout.payload]
             if payload is not None:  # None: the payload key is gone
                 _read_payload(fields, payload)
+        if lease:
+            fields.update(lease)
         out.append(Job(**fields))
     return out
 
 
-def claim_result(claimed: Sequence[Raw], expired: Sequence[Raw]) -> ClaimResult:
-    """What the claim, handoff and handoff-end scripts return: claimed rows, expired rows."""
-    return ClaimResult(jobs_from_hashes(claimed), jobs_from_hashes(expired))
+def leased_result(groups: Sequence[Sequence[Any]], expired: Sequence[Raw]) -> ClaimResult:
+    """Jobs from lease groups ``[lease_until, lease_token, worker_id, started_at,
+    rows]``, and expired rows: what a claim or a handoff holds."""
+    jobs: list[Job] = []
+    for lease_until, token, worker_id, started_at, rows in groups:
+        lease = {
+            "lease_until": float(lease_until),
+            "lease_token": _text_of(token),
+            "worker_id": _text_of(worker_id),
+            "started_at": float(started_at),
+        }
+        jobs += jobs_from_hashes(rows, lease)
+    return ClaimResult(jobs, jobs_from_hashes(expired))
+
+
+def claim_result(packed: bytes) -> ClaimResult:
+    """What the claim and handoff-end scripts return, packed with MessagePack."""
+    groups, expired = msgpack.unpackb(packed, raw=True)
+    return leased_result(groups, expired)
 
 
 def circuit_from_hash(task: str, raw: Raw) -> CircuitInfo:

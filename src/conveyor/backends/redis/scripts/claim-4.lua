@@ -15,7 +15,9 @@
 -- ARGV[8] number of queues nq, then nq queue names
 -- then the number of task caps nc, then nc pairs (task, cap)
 -- then the number of rate limits nr, then nr triples (task, limit, period)
--- Returns {{field, value...} per claimed job}, {{field, value...} per expired job}.
+-- Returns, packed with MessagePack (one string to convert, not one per field),
+-- {{lease group (lib.lua) per claim or handoff the jobs came from},
+--  {{field, value...} per expired job}}.
 local now = now_time()
 local worker, limit, lease, token = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local circuits_on = ARGV[6] == '1'
@@ -35,16 +37,17 @@ for _ = 1, nr do
 end
 
 unregister_idle(worker)
-local handed, handed_expired = take_inbox(now, worker, lease, math.max(limit, 0))
+local groups, handed_expired, taken = take_inbox(now, worker, lease, math.max(limit, 0))
 local counts = {}
-local claimed, expired = claim_for(now, worker, limit - #handed, lease, token, circuits_on,
+local group, expired = claim_for(now, worker, limit - taken, lease, token, circuits_on,
   queues, caps, rates, counts)
 flush(counts)
-for _, row in ipairs(claimed) do handed[#handed + 1] = row end
+taken = taken + #group[5]
+if #group[5] > 0 then groups[#groups + 1] = group end
 for _, row in ipairs(expired) do handed_expired[#handed_expired + 1] = row end
 -- A stored request cannot keep caps and rate limits up to date: such workers
 -- are woken, never handed work.
-if handoff_ttl > 0 and nc == 0 and nr == 0 and #handed < limit then
-  register_idle(now, worker, limit - #handed, lease, token, circuits_on, queues, handoff_ttl)
+if handoff_ttl > 0 and nc == 0 and nr == 0 and taken < limit then
+  register_idle(now, worker, limit - taken, lease, token, circuits_on, queues, handoff_ttl)
 end
-return {handed, handed_expired}
+return cmsgpack.pack({groups, handed_expired})

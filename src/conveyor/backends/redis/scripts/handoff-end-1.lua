@@ -4,11 +4,11 @@
 -- KEYS[1] active     active jobs by lease_until
 -- ARGV[1] key prefix
 -- ARGV[2] worker id        ARGV[3] lease (seconds)
--- Returns {{field, value...} per handed job}, {{field, value...} per expired job}.
+-- Returns what claim-4 returns: packed {{lease group...}, {expired row...}}.
 local now = now_time()
 local worker = ARGV[2]
 unregister_idle(worker)
-local claimed, expired = take_inbox(now, worker, tonumber(ARGV[3]), math.huge)
+local groups, expired = take_inbox(now, worker, tonumber(ARGV[3]), math.huge)
 redis.call('RPUSH', inboxkey(worker), '')
 redis.call('PEXPIRE', inboxkey(worker), 60000)
-return {claimed, expired}
+return cmsgpack.pack({groups, expired})

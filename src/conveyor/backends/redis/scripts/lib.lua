@@ -138,22 +138,34 @@ local function add_active(key, list)
   call_many('ZADD', key, list)
 end
 
--- A job as {field, value...}, its id included (the hash does not store it).
+-- A job as {field, value...}, its id included (the hash does not store it),
+-- and its payload unless the payload key is gone.
 local function job_row(id)
   local row = redis.call('HGETALL', jkey(id))
   if #row == 0 then return row end
   row[#row + 1] = 'id'
   row[#row + 1] = id
-  row[#row + 1] = 'p'
-  row[#row + 1] = redis.call('GET', pkey(id))
+  local payload = redis.call('GET', pkey(id))
+  if payload then
+    row[#row + 1] = 'p'
+    row[#row + 1] = payload
+  end
   return row
+end
+
+-- The jobs of one claim as a lease group: {lease_until, lease_token, worker_id,
+-- started_at, rows}. The four values every row of the claim shares travel
+-- once, not in each row: replies are a large part of a claim's cost.
+local function lease_group(lease_until, token, worker, started_at, rows)
+  return {lease_until, token, worker, started_at, rows}
 end
 
 -- The claim itself, shared by claim-4 (a worker asks) and enqueue-5 (a direct
 -- handoff to an idle worker): promote due delayed jobs, expire waiting jobs past
 -- their TTL, then claim up to `limit` due jobs of `queues`, priority DESC,
 -- run_at ASC, id ASC, within per-task caps, circuits and rate limits. Bumps
--- `counts`; returns the claimed rows and the expired rows ({field, value...}).
+-- `counts`; returns the claimed jobs as a lease group and the expired rows
+-- ({field, value...}).
 local function claim_for(now, worker, limit, lease, token, circuits_on, queues, caps, rates, counts)
   local nowtext = fmt(now)
 
@@ -188,7 +200,10 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
   call_many('ZREM', K_EXPIRING, gone)
 
   local claimed = {}
-  if limit <= 0 then return claimed, expired end
+  local lease_until = now + lease
+  local lutext = fmt(lease_until)
+  local group = lease_group(lutext, token, worker, nowtext, claimed)
+  if limit <= 0 then return group, expired end
 
   -- 3. what each task may take in this claim: cap, circuit, rate limit
   local budgets = {}
@@ -251,8 +266,6 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
   end
 
   -- 5. claim in that order within each task's budget
-  local lease_until = now + lease
-  local lutext = fmt(lease_until)
   local removed = {}
   local payload_keys = {}
   local act = {}
@@ -284,12 +297,8 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
       end
       redis.call('HSET', key, 'a', attempts, 's', 'active', 'lu', lutext, 'lt', token, 'w', worker,
         'sa', nowtext)
-      local n_ = #row
-      row[n_ + 1] = 'lu'; row[n_ + 2] = lutext
-      row[n_ + 3] = 'lt'; row[n_ + 4] = token
-      row[n_ + 5] = 'w'; row[n_ + 6] = worker
-      row[n_ + 7] = 'sa'; row[n_ + 8] = nowtext
-      row[n_ + 9] = 'id'; row[n_ + 10] = id
+      row[#row + 1] = 'id'
+      row[#row + 1] = id
       payload_keys[#payload_keys + 1] = pkey(id)
       act[#act + 1] = lease_until
       act[#act + 1] = id
@@ -313,15 +322,18 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     local last = math.min(first + 3999, #payload_keys)
     local payloads = redis.call('MGET', unpack(payload_keys, first, last))
     for i = first, last do
-      local row = claimed[i]
-      row[#row + 1] = 'p'
-      row[#row + 1] = payloads[i - first + 1]
+      local payload = payloads[i - first + 1]
+      if payload then
+        local row = claimed[i]
+        row[#row + 1] = 'p'
+        row[#row + 1] = payload
+      end
     end
   end
   for wk, members in pairs(removed) do call_many('ZREM', wk, members) end
   call_many('ZREM', K_EXPIRING, ttl_ids)
   add_active(K_ACTIVE, act)
-  return claimed, expired
+  return group, expired
 end
 
 -- An idle worker: its claim request, stored so that an enqueue can claim for it
@@ -374,11 +386,12 @@ local function hand_off(now, q, wks, counts)
     else
       local free = tonumber(r[1])
       local n = redis.call('HINCRBY', key, 'n', 1)
-      local claimed, expired = claim_for(now, worker, free, tonumber(r[2]), r[3] .. '.' .. n,
+      local group, expired = claim_for(now, worker, free, tonumber(r[2]), r[3] .. '.' .. n,
         r[4] == '1', cjson.decode(r[5]), {}, {}, counts)
+      local claimed = group[5]
       if #claimed > 0 or #expired > 0 then
         local inbox = inboxkey(worker)
-        redis.call('RPUSH', inbox, cmsgpack.pack({fmt(now), claimed, expired}))
+        redis.call('RPUSH', inbox, cmsgpack.pack({fmt(now), {group}, expired}))
         -- Leftovers of a worker that died go with its leases (the jobs come
         -- back by stall recovery; the worker would not start them any more).
         redis.call('PEXPIRE', inbox, math.ceil(tonumber(r[2]) * 1000))
@@ -393,42 +406,54 @@ end
 -- Take up to `limit` of the jobs handed to `worker` that it has not popped yet:
 -- rows still active under the handoff's lease get a lease from `now` (as if
 -- claimed now); any beyond `limit` go back to the inbox, still the worker's.
+-- Returns their lease groups, the expired rows, and how many jobs were taken.
 local function take_inbox(now, worker, lease, limit)
   local inbox = inboxkey(worker)
   local items = redis.call('LRANGE', inbox, 0, -1)
-  local claimed, expired = {}, {}
-  if #items == 0 then return claimed, expired end
+  local groups, rest, expired = {}, {}, {}
+  local taken = 0
+  if #items == 0 then return groups, expired, taken end
   redis.call('DEL', inbox)
   local lutext = fmt(now + lease)
   local act = {}
   for _, packed in ipairs(items) do
     if packed ~= '' then
       local item = cmsgpack.unpack(packed)
-      for _, row in ipairs(item[2]) do
-        local fields = {}
-        for i = 1, #row, 2 do fields[row[i]] = i + 1 end
-        local id = row[fields['id']]
-        local f = redis.call('HMGET', jkey(id), 's', 'lt')
-        if f[1] == 'active' and f[2] == row[fields['lt']] then
-          redis.call('HSET', jkey(id), 'lu', lutext)
-          row[fields['lu']] = lutext
-          act[#act + 1] = now + lease
-          act[#act + 1] = id
-          claimed[#claimed + 1] = row
+      for _, handed in ipairs(item[2]) do
+        local token = handed[2]
+        local kept, left = {}, {}
+        for _, row in ipairs(handed[5]) do
+          local id
+          for i = 1, #row, 2 do
+            if row[i] == 'id' then id = row[i + 1]; break end
+          end
+          local f = redis.call('HMGET', jkey(id), 's', 'lt')
+          if f[1] == 'active' and f[2] == token then
+            redis.call('HSET', jkey(id), 'lu', lutext)
+            act[#act + 1] = now + lease
+            act[#act + 1] = id
+            if taken < limit then
+              taken = taken + 1
+              kept[#kept + 1] = row
+            else
+              left[#left + 1] = row
+            end
+          end
+        end
+        if #kept > 0 then
+          groups[#groups + 1] = lease_group(lutext, token, handed[3], handed[4], kept)
+        end
+        if #left > 0 then
+          rest[#rest + 1] = lease_group(lutext, token, handed[3], handed[4], left)
         end
       end
       for _, row in ipairs(item[3]) do expired[#expired + 1] = row end
     end
   end
   add_active(K_ACTIVE, act)
-  if #claimed > limit then
-    local rest = {}
-    for i = limit + 1, #claimed do
-      rest[#rest + 1] = claimed[i]
-      claimed[i] = nil
-    end
+  if #rest > 0 then
     redis.call('LPUSH', inbox, cmsgpack.pack({fmt(now), rest, {}}))
     redis.call('PEXPIRE', inbox, math.ceil(lease * 1000))
   end
-  return claimed, expired
+  return groups, expired, taken
 end
