@@ -47,6 +47,20 @@ def test_rows_of_one_layout_decode_as_one_by_one() -> None:
     assert jobs[0].metadata is not jobs[1].metadata  # each job its own mutable fields
 
 
+def test_rows_of_one_layout_with_different_values_keep_their_own() -> None:
+    rows = [_row(f"j{i}", b"{}", b"ik", b"k%d" % i) for i in range(3)]
+    rows[1][rows[1].index(b"a") + 1] = b"2"  # same layout, another attempt count
+    rows[2][rows[2].index(b"ra") + 1] = b"1763856009.5"
+    _same(rows)
+    jobs = jobs_from_hashes(rows)
+    assert [(j.attempts, j.run_at, j.idempotency_key) for j in jobs] == [
+        (1, 1763856000.25, "k0"),
+        (2, 1763856000.25, "k1"),
+        (1, 1763856009.5, "k2"),
+    ]
+    assert jobs[0].errors is not jobs[1].errors
+
+
 def test_mixed_layouts_optional_fields_and_a_field_given_twice() -> None:
     retried = [*CLAIMED[:-8], b"lu", b"1.0", *CLAIMED[-8:], b"id", b"r1", b"p", b"null"]
     _same(
