@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from worker_fixtures import (
 )
 
 from conveyor import FailureReason, JobCancelled, JobFailed, JobState, Priority, QueueFull
+from conveyor.backends.base import Settlement, SettleResult
 from conveyor.context import JobContext
 from conveyor.task import Handler
 
@@ -122,10 +124,20 @@ async def test_none_result_and_no_payload(stack: Stack) -> None:
     async def noop(ctx: JobContext) -> None:
         return None
 
+    backend = await app.connect()
+    sent: list[Settlement] = []
+    settle = backend.settle_jobs
+
+    async def recording(settlements: Sequence[Settlement]) -> SettleResult:
+        sent.extend(settlements)
+        return await settle(settlements)
+
+    backend.settle_jobs = recording  # type: ignore[method-assign]
     job = await app.enqueue("noop")
     await app.drain()
     assert await job.wait(timeout=1) is None
     assert (await settled(job)).state is JobState.COMPLETED
+    assert [s.result for s in sent] == [None]  # nothing stored: no result reads back as None
 
 
 async def test_wait_raises_job_failed_with_the_job(stack: Stack) -> None:

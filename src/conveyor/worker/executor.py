@@ -138,7 +138,9 @@ class Executor:
             if task.has_on_start:
                 await self._hook(handler.on_start, run.ctx)
             result = await self._call(task, run)
-            encoded = serialization.dumps(result)
+            # None is stored as no result (it reads back as None): less to send and
+            # store for the many handlers that return nothing.
+            encoded = None if result is None else serialization.dumps(result)
         except asyncio.CancelledError as exc:
             reason = run.stop_reason
             current = asyncio.current_task()
