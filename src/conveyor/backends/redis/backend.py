@@ -38,6 +38,7 @@ from conveyor.backends.base import DURATION_BUCKETS
 from conveyor.backends.claims import ClaimKeeper
 from conveyor.backends.redis import decode, records, safety
 from conveyor.backends.redis.connection import FastPackConnection, FastPackSSLConnection
+from conveyor.backends.redis.direct import DirectConnections
 from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.scripts import ScriptRunner
 from conveyor.backends.redis.url import RedisOptions, parse_url
@@ -128,11 +129,13 @@ class RedisBackend(base.Backend):
         self.keys = Keys.for_prefix(self.options.prefix)
         self._client: Any = None
         self._runner: ScriptRunner | None = None
+        #: Scripts' connections on a standalone server (direct.py); None on a cluster.
+        self._direct: DirectConnections | None = None
         self._wake: WakeListener | None = None
         #: Per worker: the connection that pops its inbox (next_handoff); the
         #: workers this backend ended (end_handoffs), and those whose end
         #: marker came.
-        self._inbox_clients: dict[str, Any] = {}
+        self._inboxes: dict[str, DirectConnections] = {}
         self._inboxes_ending: set[str] = set()
         self._inboxes_ended: set[str] = set()
         self._claims = ClaimKeeper(self.settle_jobs, lambda: self._client is not None)
@@ -155,30 +158,38 @@ class RedisBackend(base.Backend):
             "decode_responses": False,
         }
 
+    def _connection_class(self) -> type[FastPackConnection | FastPackSSLConnection]:
+        secure = self.options.client_url.startswith("rediss:")
+        return FastPackSSLConnection if secure else FastPackConnection
+
     def _make_client(self) -> Any:
         kwargs = self._client_kwargs()
-        secure = self.options.client_url.startswith("rediss:")
-        kwargs["connection_class"] = FastPackSSLConnection if secure else FastPackConnection
+        kwargs["connection_class"] = self._connection_class()
         if self.options.cluster:
             kwargs.pop("retry")
             return RedisCluster.from_url(self.options.client_url, **kwargs)
         return aioredis.Redis.from_url(self.options.client_url, **kwargs)
 
+    def _slot_url(self) -> str:
+        """The server that holds the app's keys: on a cluster, the node of the
+        app's slot (same credentials and TLS settings, only the address changes)."""
+        if not self.options.cluster:
+            return self.options.client_url
+        node = self._client.get_node_from_key(self.keys.wake)
+        parts = urlsplit(self.options.client_url)
+        userinfo = parts.netloc.rpartition("@")[0]
+        netloc = f"{userinfo}@{node.host}:{node.port}" if userinfo else f"{node.host}:{node.port}"
+        return urlunsplit((parts.scheme, netloc, "/0", parts.query, ""))
+
     def _make_listener_client(self) -> Any:
-        kwargs = self._client_kwargs()
-        if self.options.cluster:
-            # PUBLISH reaches every node of a cluster: subscribe on the node
-            # that holds the app's slot.
-            # Same credentials and TLS settings: only the address changes.
-            node = self._client.get_node_from_key(self.keys.wake)
-            parts = urlsplit(self.options.client_url)
-            userinfo = parts.netloc.rpartition("@")[0]
-            netloc = (
-                f"{userinfo}@{node.host}:{node.port}" if userinfo else f"{node.host}:{node.port}"
-            )
-            url = urlunsplit((parts.scheme, netloc, "/0", parts.query, ""))
-            return aioredis.Redis.from_url(url, **kwargs)
-        return aioredis.Redis.from_url(self.options.client_url, **kwargs)
+        # PUBLISH reaches every node of a cluster: subscribe on the slot's node.
+        return aioredis.Redis.from_url(self._slot_url(), **self._client_kwargs())
+
+    def _make_direct(self, url: str) -> DirectConnections:
+        pool = aioredis.ConnectionPool.from_url(
+            url, connection_class=self._connection_class(), **self._client_kwargs()
+        )
+        return DirectConnections(pool.make_connection)
 
     @contextlib.asynccontextmanager
     async def _errors(self, what: str, blocking: float = 0.0) -> AsyncIterator[None]:
@@ -207,6 +218,8 @@ class RedisBackend(base.Backend):
         if pool is not None:
             with contextlib.suppress(Exception):
                 await pool.disconnect(inuse_connections=False)
+        if self._direct is not None:
+            await self._direct.drop_idle()
 
     def _ready(self) -> tuple[Any, ScriptRunner]:
         if self._client is None or self._runner is None:
@@ -226,6 +239,7 @@ class RedisBackend(base.Backend):
             if self._client is not None:
                 return
             client = self._make_client()
+            direct = None
             try:
                 async with self._errors("open"):
                     await client.ping()
@@ -233,14 +247,19 @@ class RedisBackend(base.Backend):
                     safety.check_maxmemory_policy(
                         policy, self.options.maxmemory_check, self._where()
                     )
-                    runner = ScriptRunner(client, self.keys.base)
+                    if not self.options.cluster:
+                        direct = self._make_direct(self.options.client_url)
+                    runner = ScriptRunner(direct or client, self.keys.base)
                     await runner.load_all()
             except BaseException:
                 with contextlib.suppress(Exception):
                     await client.aclose()
+                if direct is not None:
+                    await direct.close()
                 raise
             self._client = client
             self._runner = runner
+            self._direct = direct
             self._wake = WakeListener(self._make_listener_client, self.keys.wake)
 
     def _where(self) -> str:
@@ -252,12 +271,14 @@ class RedisBackend(base.Backend):
         wake, self._wake = self._wake, None
         if wake is not None:
             await wake.close()
-        inbox_clients, self._inbox_clients = self._inbox_clients, {}
-        for inbox_client in inbox_clients.values():
-            with contextlib.suppress(Exception):
-                await inbox_client.aclose()
+        inboxes, self._inboxes = self._inboxes, {}
+        for inbox in inboxes.values():
+            await inbox.close()
         client, self._client = self._client, None
         self._runner = None
+        direct, self._direct = self._direct, None
+        if direct is not None:
+            await direct.close()
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.aclose()
@@ -446,23 +467,23 @@ class RedisBackend(base.Backend):
         if worker_id in self._inboxes_ended:
             await self._close_inbox(worker_id)
             return None
-        client = self._inbox_clients.get(worker_id)
-        if client is None:
-            client = self._inbox_clients[worker_id] = self._make_listener_client()
+        inbox = self._inboxes.get(worker_id)
+        if inbox is None:
+            inbox = self._inboxes[worker_id] = self._make_direct(self._slot_url())
+        key = self.keys.inbox(worker_id)
         try:
             async with self._errors("handoff", blocking=timeout):
                 # The server's clock before the pop, read in the same trip: a
                 # lease that started `at` began no earlier, locally, than
                 # sent + (at - before), the way a claim's lease counts from
                 # when the claim was sent.
-                pipe = client.pipeline(transaction=False)
-                pipe.time()
-                pipe.blmpop(timeout, 1, self.keys.inbox(worker_id), direction="LEFT", count=10_000)
                 sent = time.monotonic()
-                (seconds, micros), popped = await pipe.execute()
+                (seconds, micros), popped = await inbox.pipeline(
+                    [("TIME",), ("BLMPOP", timeout, 1, key, "LEFT", "COUNT", 10_000)]
+                )
         except BaseException:
             # A new connection next time (on a cluster: to the slot's node now).
-            await self._drop_inbox_client(worker_id)
+            await self._drop_inbox(worker_id)
             raise
         if popped is None:
             return []
@@ -486,13 +507,12 @@ class RedisBackend(base.Backend):
     async def _close_inbox(self, worker_id: str) -> None:
         self._inboxes_ended.discard(worker_id)
         self._inboxes_ending.discard(worker_id)
-        await self._drop_inbox_client(worker_id)
+        await self._drop_inbox(worker_id)
 
-    async def _drop_inbox_client(self, worker_id: str) -> None:
-        client = self._inbox_clients.pop(worker_id, None)
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.aclose()
+    async def _drop_inbox(self, worker_id: str) -> None:
+        inbox = self._inboxes.pop(worker_id, None)
+        if inbox is not None:
+            await inbox.close()
 
     async def end_handoffs(self, worker_id: str, lease: float) -> base.ClaimResult:
         self._inboxes_ending.add(worker_id)
