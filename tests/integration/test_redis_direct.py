@@ -11,9 +11,17 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
+from redis_servers import delete_prefix
 
+from conveyor.backends.base import NewJob
+from conveyor.backends.redis import RedisBackend
 from conveyor.backends.redis.connection import FastPackConnection
 from conveyor.backends.redis.direct import DirectConnections
+from conveyor.ids import new_id
+
+
+def new_job() -> NewJob:
+    return NewJob(id=new_id(), task="t", queue="default", payload=b"{}")
 
 
 @pytest.fixture
@@ -74,3 +82,35 @@ async def test_a_closed_instance_keeps_no_connection(direct: DirectConnections) 
     await direct.close()
     assert await direct.execute("PING") == b"PONG"  # still answers, on a connection it then closes
     assert direct._idle == []
+
+
+async def test_max_connections_bounds_them_and_calls_beyond_it_wait(redis_url: str) -> None:
+    pool = aioredis.ConnectionPool.from_url(redis_url, connection_class=FastPackConnection)
+    made: list[object] = []
+
+    def make() -> FastPackConnection:
+        made.append(connection := pool.make_connection())
+        return connection  # type: ignore[return-value]
+
+    direct = DirectConnections(make, limit=1)
+    try:
+        replies = await asyncio.gather(*(direct.execute("ECHO", str(i)) for i in range(5)))
+        assert replies == [str(i).encode() for i in range(5)]
+        assert len(made) == 1
+    finally:
+        await direct.close()
+
+
+async def test_the_backend_takes_max_connections_from_its_url(redis_url: str) -> None:
+    prefix = f"t{uuid.uuid4().hex}"
+    backend = RedisBackend(f"{redis_url}?prefix={prefix}&max_connections=1")
+    await backend.open()
+    try:
+        batches = [[new_job()] for _ in range(5)]
+        enqueued = await asyncio.gather(*(backend.enqueue_jobs(b) for b in batches))
+        assert sorted(j[0].id for j in enqueued) == sorted(b[0].id for b in batches)
+        assert backend._direct is not None
+        assert len(backend._direct._idle) == 1  # one connection served all five
+    finally:
+        await backend.close()
+        await delete_prefix(redis_url, prefix)

@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import msgpack
 import redis.asyncio as aioredis
@@ -189,7 +189,10 @@ class RedisBackend(base.Backend):
         pool = aioredis.ConnectionPool.from_url(
             url, connection_class=self._connection_class(), **self._client_kwargs()
         )
-        return DirectConnections(pool.make_connection)
+        # The URL's max_connections bounds these connections too (redis-py's pool
+        # holds the others).
+        given = dict(parse_qsl(urlsplit(url).query)).get("max_connections")
+        return DirectConnections(pool.make_connection, int(given) if given else None)
 
     @contextlib.asynccontextmanager
     async def _errors(self, what: str, blocking: float = 0.0) -> AsyncIterator[None]:

@@ -12,6 +12,7 @@ path for scripts.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,13 +32,15 @@ class DirectConnections:
     A call on a connection that turns out dead (the server restarted since it was
     last used) is sent once more on a new connection, and the other idle ones are
     dropped: what redis-py's one quick retry did. A call cancelled or failed
-    midway closes its connection, whose replies may be unread.
+    midway closes its connection, whose replies may be unread. ``limit`` (the
+    URL's ``max_connections``): calls beyond it wait for a connection.
     """
 
-    def __init__(self, make: Callable[[], AbstractConnection]) -> None:
+    def __init__(self, make: Callable[[], AbstractConnection], limit: int | None = None) -> None:
         self._make = make
         self._idle: list[AbstractConnection] = []
         self._closed = False
+        self._slots = asyncio.Semaphore(limit) if limit is not None else None
 
     async def execute(self, *args: Any) -> Any:
         """One command's reply; an error reply raises its ``ResponseError``."""
@@ -46,6 +49,12 @@ class DirectConnections:
     async def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Send ``commands`` in one write and read a reply for each. An error reply
         raises, once every reply is read (the connection stays usable)."""
+        if self._slots is None:
+            return await self._pipeline(commands)
+        async with self._slots:
+            return await self._pipeline(commands)
+
+    async def _pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         reused = bool(self._idle)
         connection = self._idle.pop() if reused else self._make()
         try:
