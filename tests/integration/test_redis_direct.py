@@ -1,6 +1,6 @@
 """Connections of our own for scripts and the inbox pop (direct.py), on the real
 server: error replies in a pipeline, connections the server closed, a call
-cancelled midway, and closing."""
+cancelled midway, the connection limit, and closing."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis_servers import delete_prefix
 
@@ -20,14 +21,26 @@ from conveyor.backends.redis.direct import DirectConnections
 from conveyor.ids import new_id
 
 
-def new_job() -> NewJob:
-    return NewJob(id=new_id(), task="t", queue="default", payload=b"{}")
+class Counted:
+    """A connection factory that counts what it made."""
+
+    def __init__(self, url: str) -> None:
+        self.pool = aioredis.ConnectionPool.from_url(url, connection_class=FastPackConnection)
+        self.made = 0
+
+    def __call__(self) -> FastPackConnection:
+        self.made += 1
+        return self.pool.make_connection()  # type: ignore[return-value]
 
 
 @pytest.fixture
-async def direct(redis_url: str) -> AsyncIterator[DirectConnections]:
-    pool = aioredis.ConnectionPool.from_url(redis_url, connection_class=FastPackConnection)
-    connections = DirectConnections(pool.make_connection)
+def factory(redis_url: str) -> Counted:
+    return Counted(redis_url)
+
+
+@pytest.fixture
+async def direct(factory: Counted) -> AsyncIterator[DirectConnections]:
+    connections = DirectConnections(factory, limit=100)
     yield connections
     await connections.close()
 
@@ -35,6 +48,18 @@ async def direct(redis_url: str) -> AsyncIterator[DirectConnections]:
 @pytest.fixture
 def key() -> str:
     return f"direct-test:{uuid.uuid4().hex}"
+
+
+def new_job() -> NewJob:
+    return NewJob(id=new_id(), task="t", queue="default", payload=b"{}")
+
+
+async def kill_client(redis_url: str, client_id: int) -> None:
+    admin = aioredis.Redis.from_url(redis_url)
+    try:
+        await admin.execute_command("CLIENT", "KILL", "ID", client_id)
+    finally:
+        await admin.aclose()
 
 
 async def test_an_error_reply_raises_after_every_reply_is_read(
@@ -48,18 +73,21 @@ async def test_an_error_reply_raises_after_every_reply_is_read(
 
 
 async def test_a_connection_the_server_closed_is_replaced_once(
-    direct: DirectConnections, redis_url: str
+    direct: DirectConnections, factory: Counted, redis_url: str
 ) -> None:
-    assert await direct.execute("PING") == b"PONG"
-    ids = [await direct.execute("CLIENT", "ID")]
-    admin = aioredis.Redis.from_url(redis_url)
-    try:
-        await admin.execute_command("CLIENT", "KILL", "ID", ids[0])
-    finally:
-        await admin.aclose()
-    # The idle connection is dead: the call goes again on a new one and succeeds.
-    new_id = await direct.execute("CLIENT", "ID")
-    assert new_id != ids[0]
+    old_id = await direct.execute("CLIENT", "ID")
+    await kill_client(redis_url, old_id)
+    # The idle connection is dead: the call goes again on one new connection.
+    assert await direct.execute("CLIENT", "ID") != old_id
+    assert factory.made == 2
+
+
+async def test_a_new_connection_that_fails_raises() -> None:
+    dead = Counted("redis://127.0.0.1:1/0")  # nothing listens on port 1
+    direct = DirectConnections(dead, limit=100)
+    with pytest.raises(RedisConnectionError):
+        await direct.execute("PING")
+    assert dead.made == 1  # no second try when the first connection was new
 
 
 async def test_a_call_cancelled_midway_closes_its_connection(
@@ -77,40 +105,44 @@ async def test_a_call_cancelled_midway_closes_its_connection(
     assert await direct.execute("DEL", key) == 1
 
 
-async def test_a_closed_instance_keeps_no_connection(direct: DirectConnections) -> None:
-    await direct.execute("PING")
+async def test_close_ends_calls_in_flight_and_keeps_no_connection(
+    direct: DirectConnections, key: str
+) -> None:
+    await asyncio.gather(direct.execute("PING"), direct.execute("PING"))
+    assert len(direct._idle) == 2
+    pop = asyncio.ensure_future(direct.execute("BLMPOP", 5, 1, key, "LEFT"))
+    await asyncio.sleep(0.1)
     await direct.close()
-    assert await direct.execute("PING") == b"PONG"  # still answers, on a connection it then closes
+    assert direct._idle == []
+    with pytest.raises(RedisConnectionError):
+        await asyncio.wait_for(pop, 2)  # not the pop's own 5 s: its connection closed
+    assert await direct.execute("PING") == b"PONG"  # answers, on a connection it then closes
     assert direct._idle == []
 
 
-async def test_max_connections_bounds_them_and_calls_beyond_it_wait(redis_url: str) -> None:
-    pool = aioredis.ConnectionPool.from_url(redis_url, connection_class=FastPackConnection)
-    made: list[object] = []
-
-    def make() -> FastPackConnection:
-        made.append(connection := pool.make_connection())
-        return connection  # type: ignore[return-value]
-
-    direct = DirectConnections(make, limit=1)
+async def test_calls_beyond_the_limit_wait_for_a_connection(factory: Counted) -> None:
+    direct = DirectConnections(factory, limit=1)
     try:
         replies = await asyncio.gather(*(direct.execute("ECHO", str(i)) for i in range(5)))
         assert replies == [str(i).encode() for i in range(5)]
-        assert len(made) == 1
+        assert factory.made == 1
     finally:
         await direct.close()
 
 
-async def test_the_backend_takes_max_connections_from_its_url(redis_url: str) -> None:
+@pytest.mark.parametrize(("option", "limit"), [("&max_connections=1", 1), ("", 100)])
+async def test_the_backend_bounds_them_like_redis_py(
+    redis_url: str, option: str, limit: int
+) -> None:
     prefix = f"t{uuid.uuid4().hex}"
-    backend = RedisBackend(f"{redis_url}?prefix={prefix}&max_connections=1")
+    backend = RedisBackend(f"{redis_url}?prefix={prefix}{option}")
     await backend.open()
     try:
         batches = [[new_job()] for _ in range(5)]
         enqueued = await asyncio.gather(*(backend.enqueue_jobs(b) for b in batches))
         assert sorted(j[0].id for j in enqueued) == sorted(b[0].id for b in batches)
         assert backend._direct is not None
-        assert len(backend._direct._idle) == 1  # one connection served all five
+        assert len(backend._direct._idle) == min(limit, 5)
     finally:
         await backend.close()
         await delete_prefix(redis_url, prefix)

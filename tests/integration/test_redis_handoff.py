@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
+import msgpack
 import pytest
 import redis.asyncio as aioredis
 from redis_servers import delete_prefix
@@ -172,6 +173,30 @@ async def test_an_end_marker_left_by_an_earlier_process_is_ignored(
     handed = await _pop(backend)
     assert [j.id for h in handed for j in h.result.jobs] == [jobs[0].id]
     assert await _pop(backend, timeout=0.1) == []
+
+
+async def test_a_handoff_in_another_format_is_skipped_not_fatal(
+    backend: RedisBackend, client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An inbox item another build packed (rows where lease groups belong) is
+    skipped by the worker's pop (with a warning) and by its next claim; what
+    comes with it is still delivered."""
+    # As the server's cmsgpack packs: strings, no bin type.
+    other = msgpack.packb(["1763856000.5", [["t", "x", "id", "old"]], []], use_bin_type=False)
+    inbox = backend.keys.inbox(WORKER)
+    await backend.claim_jobs(_idle())
+    await client.rpush(inbox, other)
+    first = _jobs(1)
+    await backend.enqueue_jobs(first)
+    handed = await _pop(backend)
+    assert [j.id for h in handed for j in h.result.jobs] == [first[0].id]
+    assert "cannot read" in caplog.text
+
+    await client.rpush(inbox, other)
+    second = _jobs(1)
+    await backend.enqueue_jobs(second)
+    claimed = await backend.claim_jobs(_idle())  # takes the inbox itself
+    assert [j.id for j in claimed.jobs] == [second[0].id]
 
 
 async def test_the_registration_runs_out(backend: RedisBackend, client: aioredis.Redis) -> None:

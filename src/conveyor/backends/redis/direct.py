@@ -29,18 +29,21 @@ _BROKEN = (RedisConnectionError, RedisTimeoutError, OSError)
 class DirectConnections:
     """Idle connections in a list; a call takes one, or makes one, and gives it back.
 
-    A call on a connection that turns out dead (the server restarted since it was
-    last used) is sent once more on a new connection, and the other idle ones are
-    dropped: what redis-py's one quick retry did. A call cancelled or failed
-    midway closes its connection, whose replies may be unread. ``limit`` (the
-    URL's ``max_connections``): calls beyond it wait for a connection.
+    At most ``limit`` connections (the URL's ``max_connections``, else redis-py's
+    default pool size): calls beyond it wait for one. A call on an idle
+    connection that turns out dead (the server restarted since it was last used)
+    is sent once more, at once, on a new connection, and the other idle ones are
+    dropped; a new connection that fails raises. A call cancelled or failed
+    midway closes its connection, whose replies may be unread; ``close`` closes
+    the connections in use too.
     """
 
-    def __init__(self, make: Callable[[], AbstractConnection], limit: int | None = None) -> None:
+    def __init__(self, make: Callable[[], AbstractConnection], limit: int) -> None:
         self._make = make
         self._idle: list[AbstractConnection] = []
+        self._busy: set[AbstractConnection] = set()
         self._closed = False
-        self._slots = asyncio.Semaphore(limit) if limit is not None else None
+        self._slots = asyncio.Semaphore(limit)
 
     async def execute(self, *args: Any) -> Any:
         """One command's reply; an error reply raises its ``ResponseError``."""
@@ -49,37 +52,39 @@ class DirectConnections:
     async def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Send ``commands`` in one write and read a reply for each. An error reply
         raises, once every reply is read (the connection stays usable)."""
-        if self._slots is None:
-            return await self._pipeline(commands)
         async with self._slots:
-            return await self._pipeline(commands)
+            replies = await self._pipeline(commands)
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                raise reply
+        return replies
 
     async def _pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         reused = bool(self._idle)
         connection = self._idle.pop() if reused else self._make()
+        self._busy.add(connection)
         try:
             replies = await _round_trip(connection, commands)
         except _BROKEN:
-            await _close(connection)
-            if not reused:
+            await self._close(connection)
+            if not reused or self._closed:
                 raise
             await self.drop_idle()
             connection = self._make()
+            self._busy.add(connection)
             try:
                 replies = await _round_trip(connection, commands)
             except BaseException:
-                await _close(connection)
+                await self._close(connection)
                 raise
         except BaseException:
-            await _close(connection)
+            await self._close(connection)
             raise
+        self._busy.discard(connection)
         if self._closed:
             await _close(connection)
         else:
             self._idle.append(connection)
-        for reply in replies:
-            if isinstance(reply, ResponseError):
-                raise reply
         return replies
 
     async def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
@@ -94,9 +99,17 @@ class DirectConnections:
             await _close(connection)
 
     async def close(self) -> None:
-        """Close the idle connections; those in use close when their call ends."""
+        """Close every connection: idle ones, and those of calls in flight (the
+        calls fail)."""
         self._closed = True
         await self.drop_idle()
+        busy, self._busy = self._busy, set()
+        for connection in busy:
+            await _close(connection)
+
+    async def _close(self, connection: AbstractConnection) -> None:
+        self._busy.discard(connection)
+        await _close(connection)
 
 
 async def _round_trip(

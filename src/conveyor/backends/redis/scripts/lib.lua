@@ -420,6 +420,9 @@ local function take_inbox(now, worker, lease, limit)
     if packed ~= '' then
       local item = cmsgpack.unpack(packed)
       for _, handed in ipairs(item[2]) do
+        -- Not a lease group (another build's format): skipped; its jobs come
+        -- back by stall recovery.
+        if type(handed) ~= 'table' or type(handed[5]) ~= 'table' then break end
         local token = handed[2]
         local kept, left = {}, {}
         for _, row in ipairs(handed[5]) do
