@@ -62,24 +62,21 @@ class DirectConnections:
     async def _pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         reused = bool(self._idle)
         connection = self._idle.pop() if reused else self._make()
-        self._busy.add(connection)
-        try:
-            replies = await _round_trip(connection, commands)
-        except _BROKEN:
-            await self._close(connection)
-            if not reused or self._closed:
-                raise
-            await self.drop_idle()
-            connection = self._make()
+        while True:
             self._busy.add(connection)
             try:
                 replies = await _round_trip(connection, commands)
+                break
+            except _BROKEN:
+                await self._close(connection)
+                if not reused or self._closed:
+                    raise
+                # A restart killed the idle connections: once more, on a new one.
+                await self.drop_idle()
+                connection, reused = self._make(), False
             except BaseException:
                 await self._close(connection)
                 raise
-        except BaseException:
-            await self._close(connection)
-            raise
         self._busy.discard(connection)
         if self._closed:
             await _close(connection)
