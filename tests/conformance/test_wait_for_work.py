@@ -48,6 +48,28 @@ async def test_wakes_on_enqueue_from_another_instance(
     assert await asyncio.wait_for(waiter, WAIT + PROMPT) < PROMPT
 
 
+async def test_work_enqueued_while_the_first_wait_sets_up_wakes_it(
+    backend_pair: tuple[Backend, Backend],
+) -> None:
+    # A worker's first wait starts its listener (a connection and a subscribe);
+    # work that lands before the listener is live must still end that wait.
+    producer, worker = backend_pair
+    waiter = asyncio.create_task(timed_wait(worker, ["default"], WAIT))
+    await asyncio.sleep(0)  # the wait has begun setting up, and is not live yet
+    await enqueue_one(producer)
+    assert await asyncio.wait_for(waiter, WAIT + PROMPT) < PROMPT
+
+
+async def test_a_first_wait_returns_for_work_that_came_before_it(
+    backend_pair: tuple[Backend, Backend],
+) -> None:
+    # Nothing listened when this job was enqueued: no notification can end the
+    # wait, so the wait must look for waiting work once it listens.
+    producer, worker = backend_pair
+    await enqueue_one(producer)
+    assert await timed_wait(worker, ["default"], WAIT) < PROMPT
+
+
 async def test_wakes_when_a_delayed_job_comes_due(backend: Backend) -> None:
     await enqueue(backend, new_job(delay=0.3))
     took = await timed_wait(backend, ["default"], WAIT)

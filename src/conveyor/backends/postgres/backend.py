@@ -255,7 +255,11 @@ class PostgresBackend(StatsMixin, base.Backend):
             return
         future = self._listener.add(wanted)
         try:
+            was_listening = self._listening
             await self._ensure_listening()
+            # A NOTIFY sent before LISTEN reached nobody: look for its work.
+            if not was_listening and self._listening and await self._has_waiting(wanted):
+                return
             if wanted and timeout > 0 and not future.done():
                 try:
                     due = await self.pool.fetchval("next due", self.q.next_due, sorted(wanted))
@@ -267,6 +271,12 @@ class PostgresBackend(StatsMixin, base.Backend):
                 await asyncio.wait([future], timeout=timeout)
         finally:
             self._listener.remove(future)
+
+    async def _has_waiting(self, queues: frozenset[str]) -> bool:
+        try:
+            return bool(await self.pool.fetchval("has waiting", self.q.has_waiting, sorted(queues)))
+        except BackendError:
+            return False  # the next claim reports the outage
 
     async def _ensure_listening(self) -> None:
         """LISTEN from the first wait on (producers never open the extra connection)."""

@@ -34,6 +34,7 @@ class Queries:
     renew: str
     save_progress: str
     next_due: str
+    has_waiting: str
     now: str
     jobs_by_ids: str
     list_jobs: str

@@ -102,6 +102,14 @@ FROM __schema__.jobs AS j
 WHERE j.state = 'delayed' AND j.queue = ANY ($1::text[]);
 
 
+-- name: has_waiting
+-- Whether any of $1 (queues) has waiting jobs (a wait that began before LISTEN).
+SELECT EXISTS (
+    SELECT 1 FROM __schema__.jobs AS j
+    WHERE j.state = 'waiting' AND j.queue = ANY ($1::text[])
+);
+
+
 -- ---------------------------------------------------------------- reads --
 
 -- name: now

@@ -605,8 +605,14 @@ class RedisBackend(base.Backend):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         listening = frozenset(queues)
+        was_live = wake.live
         wake.start()
         await wake.ready(min(timeout, 0.5))
+        # Work that came before the subscription was live notified nobody: look
+        # for it now that none can slip past. (Still down: the subscribe's own
+        # "a:" wake-up covers that gap when it comes up.)
+        if not was_live and wake.live and await self._has_waiting(listening):
+            return
         while True:
             if wake.take_pending(listening):
                 return
@@ -634,6 +640,19 @@ class RedisBackend(base.Backend):
             if not done or future.result():
                 return
             # A timer-only wake: a delayed job may now be due sooner; look again.
+
+    async def _has_waiting(self, queues: frozenset[str]) -> bool:
+        """Whether any of ``queues`` has waiting jobs (False when Redis is down:
+        the wait then times out, and the next claim reports the outage)."""
+        if not queues:
+            return False
+        client, _ = self._ready()
+        try:
+            async with self._errors("wait_for_work"):
+                found = await client.exists(*(self.keys.waiting_tasks(q) for q in queues))
+        except BackendUnavailable:
+            return False
+        return bool(found)
 
     async def _next_due(self) -> float | None:
         """Seconds until the next delayed job is due (server clock), or None."""

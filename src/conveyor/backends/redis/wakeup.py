@@ -45,6 +45,11 @@ class WakeListener:
         if self._task is None and not self._closed:
             self._task = asyncio.get_running_loop().create_task(self._listen())
 
+    @property
+    def live(self) -> bool:
+        """Whether the subscription is up (notifications reach this process)."""
+        return self._subscribed.is_set()
+
     async def ready(self, timeout: float) -> None:
         """Wait (at most ``timeout``) until the subscription is live."""
         if not self._subscribed.is_set():
