@@ -126,6 +126,15 @@ async def test_schedules_and_wait_for_work_on_a_cluster(backend: RedisBackend) -
     assert time.monotonic() - started < 2
 
 
+async def test_a_first_wait_finds_work_that_came_before_it_on_a_cluster(
+    backend: RedisBackend,
+) -> None:
+    await backend.enqueue_jobs([NewJob(id=new_id(), task="t", queue="b", payload=b"{}")])
+    started = time.monotonic()
+    await asyncio.wait_for(backend.wait_for_work(["a", "b"], 10), 5)
+    assert time.monotonic() - started < 2
+
+
 async def test_a_worker_drains_jobs_on_a_cluster(cluster_nodes: list[RedisServer]) -> None:
     app = Conveyor(_url(cluster_nodes, f"c{uuid.uuid4().hex}"), poll_interval="0.05s")
     seen: list[int] = []
