@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from conveyor.backends.base import Backend, Outcome
 
 from .helpers import claim, claim_one, enqueue, enqueue_one, new_job, settle_ok
@@ -38,24 +40,22 @@ async def test_wakes_on_enqueue(backend: Backend) -> None:
     assert await asyncio.wait_for(waiter, WAIT + PROMPT) < PROMPT
 
 
+@pytest.mark.parametrize(
+    "head_start",
+    [
+        # The worker's wait is live (subscribed / LISTENing) before the enqueue.
+        pytest.param(0.05, id="listening"),
+        # Its first wait has begun starting its listener, which is not live yet:
+        # work that lands before it is must still end that wait.
+        pytest.param(0.0, id="while-the-first-wait-sets-up"),
+    ],
+)
 async def test_wakes_on_enqueue_from_another_instance(
-    backend_pair: tuple[Backend, Backend],
+    backend_pair: tuple[Backend, Backend], head_start: float
 ) -> None:
     producer, worker = backend_pair
     waiter = asyncio.create_task(timed_wait(worker, ["default"], WAIT))
-    await asyncio.sleep(0.05)
-    await enqueue_one(producer)
-    assert await asyncio.wait_for(waiter, WAIT + PROMPT) < PROMPT
-
-
-async def test_work_enqueued_while_the_first_wait_sets_up_wakes_it(
-    backend_pair: tuple[Backend, Backend],
-) -> None:
-    # A worker's first wait starts its listener (a connection and a subscribe);
-    # work that lands before the listener is live must still end that wait.
-    producer, worker = backend_pair
-    waiter = asyncio.create_task(timed_wait(worker, ["default"], WAIT))
-    await asyncio.sleep(0)  # the wait has begun setting up, and is not live yet
+    await asyncio.sleep(head_start)
     await enqueue_one(producer)
     assert await asyncio.wait_for(waiter, WAIT + PROMPT) < PROMPT
 
