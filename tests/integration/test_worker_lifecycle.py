@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
+import pytest
 from worker_fixtures import (
     Recorder,
     Stack,
@@ -14,8 +16,8 @@ from worker_fixtures import (
     settled,
 )
 
-from conveyor import FailureReason, JobState
-from conveyor.backends.base import ClaimRequest
+from conveyor import Backoff, FailureReason, JobState
+from conveyor.backends.base import ClaimRequest, ClaimResult, Settlement, SettleResult
 from conveyor.context import JobContext
 from conveyor.job import Job
 
@@ -348,3 +350,65 @@ async def test_burst_worker_exits_when_nothing_is_due(stack: Stack) -> None:
     await asyncio.wait_for(worker.run(), 10)
     assert ran == [0, 1, 2, 3]
     assert worker.processed == 4
+
+
+async def test_burst_worker_claims_again_after_a_job_ends_during_an_empty_claim(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A slow store: the claim's answer is read before the running job enqueues
+    # its follow-up, and arrives after that job has ended. The burst is not over.
+    app = stack.app()
+    backend = await app.connect()
+    claim_jobs = backend.claim_jobs
+    ran: list[int] = []
+
+    async def slow_claim(request: ClaimRequest) -> ClaimResult:
+        result = await claim_jobs(request)
+        await asyncio.sleep(0.2)
+        return result
+
+    monkeypatch.setattr(backend, "claim_jobs", slow_claim)
+
+    @app.task("chain")
+    async def chain(ctx: JobContext, n: int) -> None:
+        ran.append(n)
+        if n == 0:
+            await asyncio.sleep(0.1)  # the poll's empty claim is in flight now
+            await app.enqueue("chain", {"n": 1})
+
+    await app.enqueue("chain", {"n": 0})
+    worker = app.worker(install_signals=False, burst=True)
+    await asyncio.wait_for(worker.run(), 10)
+    assert ran == [0, 1]
+
+
+async def test_burst_worker_runs_a_retry_that_is_due_at_once(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A slow store: the failed attempt's outcome is stored after the next
+    # claim came back empty. Its retry is due, so the burst is not over.
+    app = stack.app()
+    backend = await app.connect()
+    settle_jobs = backend.settle_jobs
+    attempts: list[int] = []
+
+    async def slow_settle(settlements: Sequence[Settlement]) -> SettleResult:
+        await asyncio.sleep(0.2)
+        return await settle_jobs(settlements)
+
+    monkeypatch.setattr(backend, "settle_jobs", slow_settle)
+
+    @app.task("flaky", attempts=2, backoff=Backoff.fixed(0))
+    async def flaky(ctx: JobContext) -> str:
+        attempts.append(ctx.job.attempts)
+        if ctx.job.attempts == 1:
+            raise RuntimeError("first attempt fails")
+        return "second attempt"
+
+    job = await flaky.enqueue()
+    worker = app.worker(install_signals=False, burst=True)
+    await asyncio.wait_for(worker.run(), 10)
+    assert attempts == [1, 2]
+    done = await app.get_job(job.id)
+    assert done is not None
+    assert done.state is JobState.COMPLETED

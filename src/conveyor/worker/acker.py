@@ -46,6 +46,11 @@ class Acker:
     def pending(self) -> int:
         return len(self._pending)
 
+    @property
+    def idle(self) -> bool:
+        """Every outcome added so far is stored."""
+        return self._idle.is_set()
+
     async def run(self) -> None:
         while True:
             await self._ready.wait()
@@ -73,7 +78,7 @@ class Acker:
         self._idle.set()
 
     async def drain(self, timeout: float) -> bool:
-        """Flush everything (at shutdown); False when it could not within ``timeout``."""
+        """Flush everything (at shutdown, or a burst's look); False if not within ``timeout``."""
         if self._pending:
             self._ready.set()
         try:

@@ -319,6 +319,12 @@ class Worker:
             limit = min(free, batch_max)
             self._wake.clear()
             sent_at = time.monotonic()  # the lease starts no earlier than this
+            # A burst does not end on an empty claim sent while a job ran (it may
+            # have enqueued work the claim could not see) or while an outcome was
+            # unstored (its retry may be due at once).
+            busy_at_send = self.burst and (
+                bool(self.active or self.buffered) or not self.acker.idle
+            )
             try:
                 result = await backend.claim_jobs(self._claim_request(limit))
                 failures = 0
@@ -337,6 +343,9 @@ class Worker:
                 last_claimed = time.monotonic()
             elif self.burst:
                 if not self.active and not self.buffered:
+                    if busy_at_send:
+                        await self.acker.drain(self.settings.shutdown_timeout)
+                        continue
                     # Due jobs held back by a rate limit are still due: wait for
                     # the window to slide, but give up after one idle window.
                     if time.monotonic() - last_claimed > self._rate_window:
