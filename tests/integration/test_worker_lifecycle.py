@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from worker_fixtures import (
@@ -17,7 +17,7 @@ from worker_fixtures import (
 )
 
 from conveyor import Backoff, FailureReason, JobState
-from conveyor.backends.base import ClaimRequest, ClaimResult, Settlement, SettleResult
+from conveyor.backends.base import Backend, ClaimRequest
 from conveyor.context import JobContext
 from conveyor.job import Job
 
@@ -352,22 +352,34 @@ async def test_burst_worker_exits_when_nothing_is_due(stack: Stack) -> None:
     assert worker.processed == 4
 
 
+def slow_down(
+    monkeypatch: pytest.MonkeyPatch,
+    backend: Backend,
+    method: str,
+    *,
+    send_after: float = 0.0,
+    answer_after: float = 0.0,
+) -> None:
+    """A slow link to a real store: ``method`` is sent late, or answered late."""
+    real = getattr(backend, method)
+
+    async def slowed(*args: Any) -> Any:
+        await asyncio.sleep(send_after)
+        result = await real(*args)
+        await asyncio.sleep(answer_after)
+        return result
+
+    monkeypatch.setattr(backend, method, slowed)
+
+
 async def test_burst_worker_claims_again_after_a_job_ends_during_an_empty_claim(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A slow store: the claim's answer is read before the running job enqueues
     # its follow-up, and arrives after that job has ended. The burst is not over.
     app = stack.app()
-    backend = await app.connect()
-    claim_jobs = backend.claim_jobs
+    slow_down(monkeypatch, await app.connect(), "claim_jobs", answer_after=0.2)
     ran: list[int] = []
-
-    async def slow_claim(request: ClaimRequest) -> ClaimResult:
-        result = await claim_jobs(request)
-        await asyncio.sleep(0.2)
-        return result
-
-    monkeypatch.setattr(backend, "claim_jobs", slow_claim)
 
     @app.task("chain")
     async def chain(ctx: JobContext, n: int) -> None:
@@ -388,15 +400,8 @@ async def test_burst_worker_runs_a_retry_that_is_due_at_once(
     # A slow store: the failed attempt's outcome is stored after the next
     # claim came back empty. Its retry is due, so the burst is not over.
     app = stack.app()
-    backend = await app.connect()
-    settle_jobs = backend.settle_jobs
+    slow_down(monkeypatch, await app.connect(), "settle_jobs", send_after=0.2)
     attempts: list[int] = []
-
-    async def slow_settle(settlements: Sequence[Settlement]) -> SettleResult:
-        await asyncio.sleep(0.2)
-        return await settle_jobs(settlements)
-
-    monkeypatch.setattr(backend, "settle_jobs", slow_settle)
 
     @app.task("flaky", attempts=2, backoff=Backoff.fixed(0))
     async def flaky(ctx: JobContext) -> str:
