@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
 from conveyor.app import Conveyor
+from support.services import missing_service
 
 from .apps.shop import XSS, XSS_TASK
 from .conftest import ADMIN, READ
@@ -33,25 +34,14 @@ WIDE = {"width": 1280, "height": 860}
 PHONE = {"width": 390, "height": 844}
 
 
-def browser_required() -> bool:
-    """Under CI (and in scripts/test.sh) a missing browser fails, never skips."""
-    return any(
-        os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
-        for name in ("CI", "CONVEYOR_REQUIRE_SERVICES")
-    )
-
-
 def chromium_path() -> str:
     path = os.environ.get("CONVEYOR_CHROMIUM") or "/usr/bin/chromium"
     if not os.access(path, os.X_OK):
-        message = (
+        missing_service(  # under CI a missing browser fails, never skips
             f"no Chromium at {path}: the dashboard browser tests need one "
             "(apt-get install -y chromium, or export CONVEYOR_CHROMIUM=/path/to/chromium); "
             "scripts/test.sh installs it when it can"
         )
-        if browser_required():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
     return path
 
 

@@ -18,10 +18,10 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import pytest
 import redis.asyncio as aioredis
 
 from conveyor.backends.redis.keys import base_for
+from support.services import missing_service
 
 
 def redis_binary(name: str = "redis-server") -> str:
@@ -31,11 +31,7 @@ def redis_binary(name: str = "redis-server") -> str:
         name = os.environ.get("CONVEYOR_REDIS_SERVER", name)
     found = shutil.which(name)
     if found is None:
-        message = f"{name} is not installed (apt-get install redis-server)"
-        flags = (os.environ.get(v, "").strip().lower() for v in ("CI", "CONVEYOR_REQUIRE_SERVICES"))
-        if any(flag in ("1", "true", "yes", "on") for flag in flags):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing_service(f"{name} is not installed (apt-get install redis-server)")
     return found
 
 

@@ -4,7 +4,6 @@ aggregate, and 503 while the backend cannot be reached, 200 once it can."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import socket
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conveyor.backends.base import WorkerInfo
+from support.services import missing_service
 
 from .conftest import READ, Serve, auth
 
@@ -198,8 +198,8 @@ def start_redis(port: int, folder: Path) -> subprocess.Popen[bytes]:
 async def test_ready_and_queues_follow_a_real_server_stopping_and_returning(
     serve: Serve, tmp_path: Path
 ) -> None:
-    if shutil.which("redis-server") is None and not os.environ.get("CI"):
-        pytest.skip("redis-server is not installed")
+    if shutil.which("redis-server") is None:
+        missing_service("redis-server is not installed (apt-get install redis-server)")
     port = free_port()
     redis = start_redis(port, tmp_path)
     try:

@@ -7,7 +7,7 @@ and add it to :data:`KITS`.
 Select backends with ``CONVEYOR_TEST_BACKENDS`` (comma list; default: every
 kit). A kit that needs a server (PostgreSQL, Redis) reads its URL from the
 environment ``scripts/test.sh`` exports; without it the test is skipped on a
-developer's machine and fails under CI (see ``tests/conftest.py``).
+developer's machine and fails under CI (see ``support/services.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from conveyor.backends.base import Backend
+from support.services import service_url
 
 #: Not JSON: what a corrupt row's payload column holds.
 CORRUPT = b"{this is not json"
@@ -93,21 +94,6 @@ class SQLiteKit(BackendKit):
             assert cursor.rowcount == 1, f"no row for job {job_id} in {self.path}"
 
 
-def _service_url(var: str, what: str) -> str:
-    """The URL ``scripts/test.sh`` exported; skipped locally, a failure under CI."""
-    url = os.environ.get(var, "").strip()
-    if url:
-        return url
-    message = f"{var} is not set: this test needs a real {what} (run scripts/test.sh)"
-    required = any(
-        os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-        for name in ("CI", "CONVEYOR_REQUIRE_SERVICES")
-    )
-    if required:
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
-
-
 class RedisKit(BackendKit):
     """Each test on its own key prefix of the shared server; its keys are
     deleted afterwards (SCAN on the prefix, never FLUSHDB)."""
@@ -116,7 +102,7 @@ class RedisKit(BackendKit):
 
     def __init__(self, tmp_path: Path) -> None:
         super().__init__(tmp_path)
-        self.server = _service_url("CONVEYOR_TEST_REDIS_URL", "Redis server")
+        self.server = service_url("CONVEYOR_TEST_REDIS_URL", "Redis server")
         self.prefix = f"t{uuid.uuid4().hex}"
 
     def url(self) -> str:
@@ -162,7 +148,7 @@ class PostgresKit(BackendKit):
 
     def __init__(self, tmp_path: Path) -> None:
         super().__init__(tmp_path)
-        self.server = _service_url("CONVEYOR_TEST_POSTGRES_URL", "PostgreSQL server")
+        self.server = service_url("CONVEYOR_TEST_POSTGRES_URL", "PostgreSQL server")
         self.schema = f"t_{uuid.uuid4().hex}"
 
     def url(self) -> str:
