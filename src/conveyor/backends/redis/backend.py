@@ -609,7 +609,7 @@ class RedisBackend(base.Backend):
         wake.start()
         await wake.ready(min(timeout, 0.5))
         # Counted from here, so a resubscribe's "a:" during the look below counts.
-        timers, broadcasts = wake.timers, wake.broadcasts
+        broadcasts = wake.broadcasts
         # Work that came before the subscription was live notified nobody: look
         # for it now that none can slip past. (Still down: the subscribe's own
         # "a:" wake-up covers that gap when it comes up.)
@@ -618,6 +618,7 @@ class RedisBackend(base.Backend):
         while True:
             if wake.take_pending(listening):
                 return
+            timers = wake.timers  # a timer set during the read below makes us read again
             try:
                 due = await self._next_due()
             except BackendUnavailable:
@@ -627,7 +628,6 @@ class RedisBackend(base.Backend):
             if wake.take_pending(listening) or wake.broadcasts != broadcasts:
                 return
             if wake.timers != timers:
-                timers = wake.timers
                 continue  # a new timer: read the next due time again
             remaining = deadline - loop.time()
             if due is not None:
@@ -642,7 +642,6 @@ class RedisBackend(base.Backend):
             if not done or future.result():
                 return
             # A timer-only wake: a delayed job may now be due sooner; look again.
-            timers = wake.timers
 
     async def _has_waiting(self, queues: frozenset[str]) -> bool:
         """Whether any of ``queues`` has waiting jobs (False when Redis is down:
