@@ -51,12 +51,18 @@ class DeadLetters:
         )
 
     async def retry(self, job_id: str) -> Job:
-        """Enqueue a fresh copy (new id, attempts from zero); the original gets ``retried_as``."""
+        """Enqueue a fresh copy (new id, attempts from zero); the original gets ``retried_as``.
+
+        Once per dead letter: retrying one that was retried before creates nothing
+        and returns the job it was retried as, with ``duplicate=True`` (so a retry
+        clicked twice never runs the work twice). Raises ``InvalidStateError``
+        when that job has since been deleted, or the job is not ``failed``."""
         backend = await self._app.connect()
         job = await backend.retry_failed(job_id, new_id())
         job._app = self._app
-        for worker in self._app._local_workers:
-            worker.wake()
+        if not job.duplicate:
+            for worker in self._app._local_workers:
+                worker.wake()
         return job
 
     async def delete(self, job_id: str) -> None:

@@ -127,6 +127,12 @@ def test_dead_letter_list_show_retry_delete_purge(cli: Cli) -> None:
         fresh = cli.job(new_id)
         assert (fresh["state"], fresh["attempts"], fresh["retry_of"]) == ("waiting", 0, original)
         assert cli.job(original)["retried_as"] == new_id
+    # a dead letter is retried once: again, through either spelling, gives the same job
+    for command in ("dlq", "jobs"):
+        again = cli.run(command, "retry", failing[0])
+        assert again.stdout.strip() == new_ids[0]
+        assert f"already retried as {new_ids[0]}" in again.stderr
+    assert len(cli.json("jobs", "list", "--task", "explode")) == 6
 
     cli.run("dlq", "delete", failing[2])
     assert cli.run("jobs", "show", failing[2], ok=False).returncode == 1

@@ -163,3 +163,32 @@ async def test_count_of_the_whole_dead_letter_queue(backend: Backend) -> None:
     assert await backend.count_jobs(JobFilter(states=FAILED)) == 0
     await dead_letters(backend)
     assert await backend.count_jobs(JobFilter(states=FAILED)) == 4
+
+
+async def test_retrying_a_dead_letter_twice_returns_the_first_retry(backend: Backend) -> None:
+    failed = await make_failed(backend, "charge", "payments", FailureReason.ERROR)
+    first = await backend.retry_failed(failed.id, new_id())
+    again = await backend.retry_failed(failed.id, new_id())
+    assert not first.duplicate
+    assert again.id == first.id
+    assert again.duplicate
+    assert await backend.count_jobs(JobFilter(task="charge")) == 2  # the original + one copy
+    assert (await fetch(backend, failed.id)).retried_as == first.id
+
+
+async def test_concurrent_retries_of_one_dead_letter_make_one_copy(backend: Backend) -> None:
+    failed = await make_failed(backend, "charge", "payments", FailureReason.ERROR)
+    copies = await asyncio.gather(*(backend.retry_failed(failed.id, new_id()) for _ in range(8)))
+    assert len({c.id for c in copies}) == 1
+    assert sum(not c.duplicate for c in copies) == 1
+    waiting = await backend.list_jobs(JobFilter(states=[JobState.WAITING], task="charge"))
+    assert [j.id for j in waiting] == [copies[0].id]
+
+
+async def test_retry_after_the_copy_was_deleted_is_refused(backend: Backend) -> None:
+    failed = await make_failed(backend, "charge", "payments", FailureReason.ERROR)
+    copy = await backend.retry_failed(failed.id, new_id())
+    await backend.delete_jobs([copy.id])
+    with pytest.raises(InvalidStateError, match="already retried"):
+        await backend.retry_failed(failed.id, new_id())
+    assert await backend.count_jobs(JobFilter(task="charge")) == 1

@@ -340,6 +340,14 @@ async def test_job_detail_shows_attempts_and_links_the_retry(serve: Serve) -> No
     original = await app.get_job(failed_id)
     assert original is not None
     assert original.retried_as
+    twice = await post_action(
+        client, f"/jobs/{failed_id}", "/jobs/actions", {"action": "retry", "id": failed_id}
+    )
+    assert await flash_after(client, twice) == (
+        f"error: Retried 0 jobs. Skipped 1: job {failed_id} was already retried as "
+        f"{original.retried_as}."
+    )
+    assert len([j for j in await app.list_jobs() if j.retry_of == failed_id]) == 1
     page = (await client.get(f"/jobs/{failed_id}")).text
     assert f'href="/jobs/{original.retried_as}" data-retried-as' in page
     copy = (await client.get(f"/jobs/{original.retried_as}")).text

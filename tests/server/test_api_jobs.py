@@ -93,6 +93,11 @@ async def test_cancel_retry_and_delete(served: tuple[Conveyor, httpx.AsyncClient
     assert retried.status_code == 201, retried.text
     assert retried.json()["retry_of"] == failing.id
     assert retried.json()["state"] == "waiting"
+    for path in (f"/api/v1/jobs/{failing.id}/retry", f"/api/v1/dlq/{failing.id}/retry"):
+        again = await client.post(path, headers=auth(ADMIN))
+        assert again.status_code == 200, again.text  # the same retry, nothing new
+        assert (again.json()["id"], again.json()["duplicate"]) == (retried.json()["id"], True)
+    assert await app.count_jobs(task="fail") == 2
 
     not_failed = await client.post(f"/api/v1/jobs/{waiting.id}/retry", headers=auth(ADMIN))
     assert not_failed.status_code == 409

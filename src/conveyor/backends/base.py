@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
+from conveyor.errors import InvalidStateError
 from conveyor.job import ErrorInfo, FailureReason, Job, JobState
 from conveyor.ratelimit import RateLimit
 
@@ -352,6 +353,19 @@ class ScheduleRecord:
         }
 
 
+def earlier_retry(job_id: str, retried_as: str, found: Sequence[Job]) -> Job:
+    """What ``retry_failed`` returns for a dead letter retried before: the job it
+    was retried as, marked ``duplicate``; refused when that job is gone (it was
+    deleted or pruned), so that a retry never runs the work a second time."""
+    if not found:
+        raise InvalidStateError(
+            f"job {job_id} was already retried as {retried_as}, which no longer exists"
+        )
+    job = found[0]
+    job.duplicate = True
+    return job
+
+
 def _iso(when: float | None) -> str | None:
     if when is None:
         return None
@@ -491,6 +505,10 @@ class Backend(abc.ABC):
     async def retry_failed(self, job_id: str, new_id: str) -> Job:
         """Copy a failed job into a new waiting job with fresh attempts and the same
         ``ttl`` (``expires_at = now + ttl``); the original gets ``retried_as``.
+
+        Once per dead letter, atomically: a failed job that already has
+        ``retried_as`` creates nothing and returns that job with
+        ``duplicate=True`` (see :func:`earlier_retry`), however many retries race.
         Raises JobNotFound / InvalidStateError."""
 
     @abc.abstractmethod

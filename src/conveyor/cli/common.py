@@ -13,6 +13,7 @@ from rich.console import Console
 
 from conveyor.app import Conveyor
 from conveyor.durations import format_duration, parse_duration
+from conveyor.job import Job
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -180,3 +181,10 @@ STATE_STYLES = {
 def styled_state(value: str) -> str:
     style = STATE_STYLES.get(value)
     return f"[{style}]{value}[/]" if style else value
+
+
+def echo_retry(job_id: str, job: Job) -> None:
+    """Print the id a dead-letter retry gave, noting on stderr a retry made before."""
+    click.echo(job.id)
+    if job.duplicate:
+        click.echo(f"note: job {job_id} was already retried as {job.id}; nothing new", err=True)

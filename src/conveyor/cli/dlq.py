@@ -7,7 +7,14 @@ from datetime import UTC, datetime
 import click
 
 from conveyor.app import Conveyor, job_filter
-from conveyor.cli.common import DURATION, backend_options, json_option, print_json, run
+from conveyor.cli.common import (
+    DURATION,
+    backend_options,
+    echo_retry,
+    json_option,
+    print_json,
+    run,
+)
 from conveyor.cli.errors import CommandFailed
 from conveyor.cli.jobs import REASONS, fetch, filter_options, print_job, show_list
 from conveyor.durations import format_duration
@@ -65,12 +72,14 @@ def show_dead(job_id: str, as_json: bool) -> None:
 @click.argument("job_ids", metavar="ID...", nargs=-1, required=True)
 @backend_options
 def retry_dead(job_ids: tuple[str, ...]) -> None:
-    """Retry dead letters: each becomes a fresh job (the new ids are printed)."""
+    """Retry dead letters: each becomes a fresh job (the new ids are printed).
+
+    A dead letter is retried once: for one retried before, the id of that retry
+    is printed again (with a note on stderr) and nothing new is enqueued."""
 
     async def go(app: Conveyor) -> None:
         for job_id in job_ids:
-            job = await app.dlq.retry(job_id)
-            click.echo(job.id)
+            echo_retry(job_id, await app.dlq.retry(job_id))
 
     run(go)
 

@@ -16,6 +16,7 @@ from conveyor.cli.common import (
     age,
     backend_options,
     console,
+    echo_retry,
     json_option,
     print_json,
     run,
@@ -241,10 +242,10 @@ def cancel_job(job_id: str) -> None:
 @click.argument("job_id", metavar="ID")
 @backend_options
 def retry_job(job_id: str) -> None:
-    """Retry a failed job: a fresh copy with new attempts (prints the new id)."""
+    """Retry a failed job: a fresh copy with new attempts (prints the new id).
+    Once per job, like ``conveyor dlq retry``."""
 
     async def go(app: Conveyor) -> None:
-        job = await app.dlq.retry(job_id)
-        click.echo(job.id)
+        echo_retry(job_id, await app.dlq.retry(job_id))
 
     run(go)

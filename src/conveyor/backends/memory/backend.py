@@ -50,6 +50,7 @@ from conveyor.backends.base import (
     SettleResult,
     StallResult,
     WorkerInfo,
+    earlier_retry,
 )
 from conveyor.backends.memory.schedules import ScheduleTable
 from conveyor.backends.memory.stats import JobStatTable
@@ -749,6 +750,9 @@ class _Store:
             raise JobNotFound(job_id)
         if row.state is not JobState.FAILED:
             raise InvalidStateError(f"job {job_id} is {row.state.value}, not failed")
+        if row.retried_as is not None:
+            earlier = self.jobs.get(row.retried_as)
+            return earlier_retry(job_id, row.retried_as, [_to_job(earlier)] if earlier else [])
         if new_id in self.jobs:
             raise BackendError(f"a job with id {new_id!r} already exists")
         now = self.now()

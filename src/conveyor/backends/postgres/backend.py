@@ -333,11 +333,15 @@ class PostgresBackend(StatsMixin, base.Backend):
 
     async def retry_failed(self, job_id: str, new_id: str) -> Job:
         async with self.pool.acquire("retry") as conn, conn.transaction():
-            state = await conn.fetchval(self.q.job_state_for_update, job_id)
-            if state is None:
+            target = await conn.fetchrow(self.q.retry_target_for_update, job_id)
+            if target is None:
                 raise JobNotFound(job_id)
+            state, retried_as = target
             if state != JobState.FAILED.value:
                 raise InvalidStateError(f"job {job_id} is {state}: only failed jobs can be retried")
+            if retried_as is not None:
+                rows = await conn.fetch(self.q.jobs_by_ids, [retried_as])
+                return base.earlier_retry(job_id, retried_as, [job_from_row(r) for r in rows])
             queue = await conn.fetchval(self.q.insert_retry_copy, job_id, new_id)
             await conn.execute(self.q.mark_retried, job_id, new_id)
             await conn.execute(self.q.notify, [queue])

@@ -45,7 +45,7 @@ class Queries:
     oldest_waiting: str
     cancel_requested_of: str
     cancel_job: str
-    job_state_for_update: str
+    retry_target_for_update: str
     insert_retry_copy: str
     mark_retried: str
     notify: str

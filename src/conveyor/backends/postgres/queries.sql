@@ -191,8 +191,10 @@ SET state = CASE WHEN j.state = 'active' THEN j.state ELSE 'cancelled' END,
 WHERE j.id = $1::text AND j.state IN ('waiting', 'delayed', 'active')
 RETURNING j.*;
 
--- name: job_state_for_update
-SELECT state FROM __schema__.jobs WHERE id = $1::text FOR UPDATE;
+-- name: retry_target_for_update
+-- A job's state and the job it was already retried as, locked so that two
+-- retries of one dead letter serialize.
+SELECT state, retried_as FROM __schema__.jobs WHERE id = $1::text FOR UPDATE;
 
 -- name: insert_retry_copy
 -- Copy failed job $1 into a new waiting job $2, fresh attempts, same TTL from now.

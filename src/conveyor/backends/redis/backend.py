@@ -741,6 +741,9 @@ class RedisBackend(base.Backend):
             raise InvalidStateError(f"job {job_id} is {reply[1].decode()}, not failed")
         if tag == b"exists":
             raise BackendError(f"a job with id {new_id!r} already exists")
+        if tag == b"earlier":
+            found = [decode.job_from_hash(reply[2])] if reply[2] else []
+            return base.earlier_retry(job_id, reply[1].decode(), found)
         return decode.job_from_hash(reply[1])
 
     async def delete_jobs(self, job_ids: Sequence[str]) -> int:

@@ -20,6 +20,7 @@ from conveyor.backends.base import (
     QueueInfo,
     StallResult,
     WorkerInfo,
+    earlier_retry,
 )
 from conveyor.backends.rows import worker_blob, worker_from_blob
 from conveyor.backends.sqlite.decode import Row, job_from_row
@@ -166,11 +167,14 @@ def cancel_job(conn: sqlite3.Connection, job_id: str) -> Job | None:
 
 
 def retry_failed(conn: sqlite3.Connection, job_id: str, new_id: str) -> Job:
-    row = conn.execute(Q.job_state, {"id": job_id}).fetchone()
+    row = conn.execute(Q.retry_target, {"id": job_id}).fetchone()
     if row is None:
         raise JobNotFound(job_id)
-    if row[0] != JobState.FAILED.value:
-        raise InvalidStateError(f"job {job_id} is {row[0]}: only failed jobs can be retried")
+    state, retried_as = row
+    if state != JobState.FAILED.value:
+        raise InvalidStateError(f"job {job_id} is {state}: only failed jobs can be retried")
+    if retried_as is not None:
+        return earlier_retry(job_id, retried_as, get_jobs(conn, [retried_as]))
     params = {"id": job_id, "new_id": new_id, "now": time.time()}
     conn.execute(Q.insert_retry_copy, params)
     conn.execute(Q.mark_retried, params)

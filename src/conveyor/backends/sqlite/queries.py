@@ -78,7 +78,7 @@ class Queries:
     cancel_requested_of: LiteralString
     # acting on jobs
     cancel_job: LiteralString
-    job_state: LiteralString
+    retry_target: LiteralString
     insert_retry_copy: LiteralString
     mark_retried: LiteralString
     delete_jobs: LiteralString

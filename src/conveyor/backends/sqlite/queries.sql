@@ -464,9 +464,9 @@ RETURNING
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors;
 
--- name: job_state
--- One job's state. Tables: jobs.
-SELECT state
+-- name: retry_target
+-- One job's state and the job it was already retried as. Tables: jobs.
+SELECT state, retried_as
 FROM jobs
 WHERE id = :id;
 

@@ -22,8 +22,9 @@ async def list_dead_letters(request: Request) -> Response:
 
 
 async def retry_dead_letter(request: Request) -> Response:
+    """201 with the new job; 200 with the earlier one if it was retried before."""
     job = await app_of(request).dlq.retry(path_param(request, "job_id"))
-    return json_response(job.to_dict(), status=201)
+    return json_response(job.to_dict(), status=200 if job.duplicate else 201)
 
 
 async def delete_dead_letter(request: Request) -> Response:

@@ -69,7 +69,7 @@ async def cancel_job(request: Request) -> Response:
 async def retry_job(request: Request) -> Response:
     """A failed job: enqueue a fresh copy (like ``conveyor jobs retry``)."""
     job = await app_of(request).dlq.retry(path_param(request, "job_id"))
-    return json_response(job.to_dict(), status=201)
+    return json_response(job.to_dict(), status=200 if job.duplicate else 201)
 
 
 async def delete_job(request: Request) -> Response:

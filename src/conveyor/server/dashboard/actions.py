@@ -76,10 +76,14 @@ async def _retry(app: Conveyor, ids: list[str]) -> Outcome:
     done, skipped = 0, []
     for job_id in ids:
         try:
-            await app.dlq.retry(job_id)
-            done += 1
+            job = await app.dlq.retry(job_id)
         except (InvalidStateError, JobNotFound) as exc:
             skipped.append(str(exc))
+            continue
+        if job.duplicate:
+            skipped.append(f"job {job_id} was already retried as {job.id}")
+        else:
+            done += 1
     return done, skipped, f"Retried {_plural(done, 'job')}."
 
 

@@ -3,14 +3,17 @@
 -- KEYS[2] expiring    waiting jobs with a TTL
 -- KEYS[3] wake        (channel) wake-up notifications
 -- ARGV[1] key prefix; ARGV[2] failed job id; ARGV[3] new job id
--- Returns {'ok', {field, value...}} of the new job, or {'missing'},
--- {'state', state} or {'exists'}.
+-- Once per dead letter: a job already retried (field rs) creates nothing.
+-- Returns {'ok', {field, value...}} of the new job, {'earlier', rs, {field,
+-- value...}} of the job it was retried as before (an empty row when that job is
+-- gone), or {'missing'}, {'state', state} or {'exists'}.
 local id, new_id = ARGV[2], ARGV[3]
 local key = jkey(id)
-local f = redis.call('HMGET', key, 's', 't', 'q', 'p', 'pr', 'ma', 'to', 'ttl', 'tn', 'm')
-f[4] = redis.call('GET', pkey(id))
+local f = redis.call('HMGET', key, 's', 't', 'q', 'p', 'pr', 'ma', 'to', 'ttl', 'tn', 'm', 'rs')
 if not f[1] then return {'missing'} end
 if f[1] ~= 'failed' then return {'state', f[1]} end
+if f[11] then return {'earlier', f[11], job_row(f[11])} end
+f[4] = redis.call('GET', pkey(id))
 local new_key = jkey(new_id)
 if redis.call('EXISTS', new_key) == 1 then return {'exists'} end
 local now = now_time()
