@@ -56,6 +56,10 @@ class JobContext:
         """True once a cancel was requested; finish up and return (or raise)."""
         return self._cancelled
 
+    def mark_cancelled(self) -> None:
+        """Set ``cancelled`` (the worker does, on a cancel, timeout or shutdown)."""
+        self._cancelled = True
+
     def progress(self, percent: float | None = None, **fields: Any) -> Awaitable[None]:
         """Report progress: a percent and any JSON fields. Await it in async
         handlers; in sync handlers a plain call is enough."""

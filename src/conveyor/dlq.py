@@ -7,18 +7,19 @@ from typing import TYPE_CHECKING
 
 from conveyor.durations import parse_duration
 from conveyor.errors import JobNotFound
+from conveyor.filters import job_filter
 from conveyor.ids import new_id
 from conveyor.job import FailureReason, Job, JobState
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.runtime import Runtime
 
 
 class DeadLetters:
     """``app.dlq``: list, count, retry, delete and purge failed jobs."""
 
-    def __init__(self, app: Conveyor) -> None:
-        self._app = app
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
 
     async def list(
         self,
@@ -29,15 +30,9 @@ class DeadLetters:
         limit: int = 100,
         offset: int = 0,
     ) -> list[Job]:
-        return await self._app.list_jobs(
-            JobState.FAILED,
-            task=task,
-            queue=queue,
-            tenant=tenant,
-            reason=reason,
-            limit=limit,
-            offset=offset,
-        )
+        backend = await self._runtime.connect()
+        where = job_filter(JobState.FAILED, task=task, queue=queue, tenant=tenant, reason=reason)
+        return self._runtime.bind_all(await backend.list_jobs(where, limit, offset))
 
     async def count(
         self,
@@ -46,9 +41,9 @@ class DeadLetters:
         tenant: str | None = None,
         reason: FailureReason | str | None = None,
     ) -> int:
-        return await self._app.count_jobs(
-            JobState.FAILED, task=task, queue=queue, tenant=tenant, reason=reason
-        )
+        backend = await self._runtime.connect()
+        where = job_filter(JobState.FAILED, task=task, queue=queue, tenant=tenant, reason=reason)
+        return await backend.count_jobs(where)
 
     async def retry(self, job_id: str) -> Job:
         """Enqueue a fresh copy (new id, attempts from zero); the original gets ``retried_as``.
@@ -57,16 +52,14 @@ class DeadLetters:
         and returns the job it was retried as, with ``duplicate=True`` (so a retry
         clicked twice never runs the work twice). Raises ``InvalidStateError``
         when that job has since been deleted, or the job is not ``failed``."""
-        backend = await self._app.connect()
-        job = await backend.retry_failed(job_id, new_id())
-        job._app = self._app
+        backend = await self._runtime.connect()
+        job = (await backend.retry_failed(job_id, new_id())).bind(self._runtime)
         if not job.duplicate:
-            for worker in self._app._local_workers:
-                worker.wake()
+            self._runtime.local_workers.wake()
         return job
 
     async def delete(self, job_id: str) -> None:
-        backend = await self._app.connect()
+        backend = await self._runtime.connect()
         job = await backend.get_job(job_id)
         if job is None or job.state is not JobState.FAILED:
             raise JobNotFound(job_id)
@@ -84,9 +77,7 @@ class DeadLetters:
 
         ``older_than``: an age (``"7d"``, seconds, a timedelta) or a datetime.
         """
-        from conveyor.app import job_filter
-
-        backend = await self._app.connect()
+        backend = await self._runtime.connect()
         before: float | None = None
         if isinstance(older_than, datetime):
             before = older_than.timestamp()

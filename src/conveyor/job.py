@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+from typing import Any, Protocol
 
 JSON = Any  # payloads, results and metadata: JSON-serialisable values only
 
@@ -114,6 +111,17 @@ class ErrorInfo:
         )
 
 
+class JobSource(Protocol):
+    """Where a job came from, so that ``job.refresh()`` and ``job.wait()`` can
+    read it again (an app's runtime)."""
+
+    async def get_job(self, job_id: str) -> Job | None: ...
+
+    async def wait_for_job(
+        self, job_id: str, timeout: float | None = None, poll: float = 0.05
+    ) -> Job: ...
+
+
 @dataclass(slots=True, eq=False)
 class Job:
     """One run request of a task, as stored by a backend.
@@ -160,7 +168,7 @@ class Job:
     #: Set by a backend when a stored field could not be decoded (a corrupt row);
     #: the worker fails such a job as ``invalid`` instead of running it.
     decode_error: str | None = None
-    _app: Conveyor | None = field(default=None, repr=False, compare=False)
+    _source: JobSource | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_terminal(self) -> bool:
@@ -201,10 +209,14 @@ class Job:
             "duplicate": self.duplicate,
         }
 
+    def bind(self, source: JobSource) -> Job:
+        """Remember where this job can be read again (returns the job)."""
+        self._source = source
+        return self
+
     async def refresh(self) -> Job:
         """Reload this job from its app's backend."""
-        app = self._require_app()
-        fresh = await app.get_job(self.id)
+        fresh = await self._require_source().get_job(self.id)
         if fresh is None:
             from conveyor.errors import JobNotFound
 
@@ -219,15 +231,14 @@ class Job:
         """
         from conveyor.errors import JobCancelled, JobFailed
 
-        app = self._require_app()
-        job = await app.wait_for_job(self.id, timeout=timeout, poll=poll)
+        job = await self._require_source().wait_for_job(self.id, timeout=timeout, poll=poll)
         if job.state is JobState.COMPLETED:
             return job.result
         if job.state is JobState.CANCELLED:
             raise JobCancelled(job)
         raise JobFailed(job)
 
-    def _require_app(self) -> Conveyor:
-        if self._app is None:
+    def _require_source(self) -> JobSource:
+        if self._source is None:
             raise RuntimeError("this Job is not bound to a Conveyor app")
-        return self._app
+        return self._source

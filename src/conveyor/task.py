@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from conveyor.durations import parse_duration
 from conveyor.ratelimit import RateLimit
@@ -13,9 +13,16 @@ from conveyor.retry import Backoff
 from conveyor.settings import Retention
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
     from conveyor.context import JobContext
     from conveyor.job import Job
+
+
+class Enqueuer(Protocol):
+    """What a task enqueues through (its app's runtime)."""
+
+    async def enqueue(self, task: str, payload: Any = None, **options: Any) -> Job: ...
+
+    def enqueue_sync(self, task: str, payload: Any = None, **options: Any) -> Job: ...
 
 
 class Priority:
@@ -192,8 +199,8 @@ def _retryable_by_rules(options: TaskOptions, exc: BaseException) -> bool:
 class Task:
     """A registered handler bound to its app: what ``@app.task`` returns."""
 
-    def __init__(self, app: Conveyor, handler: Handler) -> None:
-        self.app = app
+    def __init__(self, enqueuer: Enqueuer, handler: Handler) -> None:
+        self._enqueuer = enqueuer
         self.handler = handler
         self.name: str = handler.name
         self.options: TaskOptions = handler.options()
@@ -219,10 +226,10 @@ class Task:
 
     async def enqueue(self, **payload: Any) -> Job:
         """Enqueue one job; keyword arguments are the payload."""
-        return await self.app.enqueue(self.name, payload, **self._overrides)
+        return await self._enqueuer.enqueue(self.name, payload, **self._overrides)
 
     def enqueue_sync(self, **payload: Any) -> Job:
-        return self.app.enqueue_sync(self.name, payload, **self._overrides)
+        return self._enqueuer.enqueue_sync(self.name, payload, **self._overrides)
 
     def with_options(self, **options: Any) -> Task:
         """A copy that enqueues with these options: ``task.with_options(delay=5).enqueue(...)``."""

@@ -71,7 +71,7 @@ async def _idle_worker(
     app: Conveyor, backend: RedisBackend, client: aioredis.Redis
 ) -> tuple[Worker, asyncio.Task[None]]:
     """A running worker of 'default', once it has registered as idle."""
-    worker = Worker(app, queues=["default"], concurrency=4, install_signals=False)
+    worker = app.worker(queues=["default"], concurrency=4, install_signals=False)
     running = asyncio.create_task(worker.run())
     for _ in range(50):
         if await client.zcard(backend.keys.idle("default")):
@@ -351,7 +351,7 @@ async def test_a_worker_with_capped_tasks_is_woken_not_handed_work(
 
     backend = await app.connect()
     assert isinstance(backend, RedisBackend)
-    worker = Worker(app, queues=["default"], concurrency=4, install_signals=False)
+    worker = app.worker(queues=["default"], concurrency=4, install_signals=False)
     running = asyncio.create_task(worker.run())
     try:
         await asyncio.sleep(0.3)
@@ -376,7 +376,7 @@ async def test_a_handoff_that_waited_past_the_trusted_lease_is_released_not_run(
         ran.append(ctx.job.id)
 
     backend = await app.connect()
-    worker = Worker(app, queues=["elsewhere"], concurrency=2, install_signals=False)
+    worker = app.worker(queues=["elsewhere"], concurrency=2, install_signals=False)
     started = asyncio.Event()
     app.on("worker_started", lambda event, **data: started.set())
     running = asyncio.create_task(worker.run())

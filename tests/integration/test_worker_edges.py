@@ -97,7 +97,7 @@ async def test_distrust_comes_before_the_lease_ends_with_a_short_lease(stack: St
 
 async def gone(app: Any, job_id: str) -> None:
     """Until no local worker runs ``job_id`` any more."""
-    while any(job_id in worker.active for worker in app._local_workers):  # noqa: ASYNC110  # no event tells when a run ends
+    while any(job_id in worker.active for worker in app.runtime.local_workers):  # noqa: ASYNC110  # no event tells when a run ends
         await asyncio.sleep(0.01)
 
 

@@ -273,13 +273,14 @@ async def test_max_stalled_bounds_recoveries(stack: Stack) -> None:
     reaper_app = stack.app(stall_interval="0.05s", max_stalled=1)
     from conveyor.maintenance.stalls import StallReaper
 
-    await reaper_app.connect()
+    backend = await reaper_app.connect()
+    reaper = StallReaper(backend, reaper_app.events, max_stalled=1)
     await asyncio.sleep(0.1)
-    first = await StallReaper(reaper_app).run_once()
+    first = await reaper.run_once()
     assert [j.id for j in first.requeued] == [job.id], (first, await app.get_job(job.id))
     await _claim_and_vanish(job, app, lease=0.05)
     await asyncio.sleep(0.1)
-    second = await StallReaper(reaper_app).run_once()
+    second = await reaper.run_once()
     assert [j.id for j in second.failed] == [job.id]
     failed = await settled(job)
     assert failed.failure_reason is FailureReason.STALLED

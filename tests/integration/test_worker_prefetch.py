@@ -21,7 +21,7 @@ from conveyor.worker.worker import Worker
 
 
 async def stored(job: Job) -> Job:
-    app = job._app
+    app = job._source  # the runtime the job was read from
     assert app is not None
     found = await app.get_job(job.id)
     assert found is not None
@@ -319,7 +319,7 @@ async def drain_in_burst(worker: Worker, count: int) -> list[int]:
     """Run ``worker`` in burst mode over ``count`` enqueued jobs; its prefetch,
     read at every job's start."""
     seen: list[int] = []
-    worker.app.events.on("active", lambda event, job, worker_id: seen.append(worker.prefetch))
+    worker.runtime.events.on("active", lambda event, job, worker_id: seen.append(worker.prefetch))
     await asyncio.wait_for(worker.run(), 60)
     assert worker.processed == count
     return seen

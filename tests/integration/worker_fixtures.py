@@ -113,7 +113,7 @@ async def running(app: Conveyor, **options: Any) -> AsyncIterator[Worker]:
 
 async def settled(job: Job, timeout: float = 15) -> Job:
     """The job once it is terminal (fails the test after ``timeout``)."""
-    app = job._app
+    app = job._source  # the runtime the job was read from
     assert app is not None
     return await app.wait_for_job(job.id, timeout=timeout)
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import click
 
-from conveyor.app import Conveyor, job_filter
+from conveyor.app import Conveyor
 from conveyor.cli.common import (
     DURATION,
     backend_options,
@@ -18,6 +18,7 @@ from conveyor.cli.common import (
 from conveyor.cli.errors import CommandFailed
 from conveyor.cli.jobs import REASONS, fetch, filter_options, print_job, show_list
 from conveyor.durations import format_duration
+from conveyor.filters import job_filter
 from conveyor.job import JobState
 
 

@@ -3,13 +3,15 @@ their task's ``keep_completed`` / ``keep_failed`` (a count or an age)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from conveyor.backends.base import PruneRule
+from conveyor.backends.base import Backend, PruneRule
 from conveyor.job import JobState
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.settings import Settings
+    from conveyor.task import Task
 
 
 def _rule(
@@ -25,10 +27,10 @@ def _rule(
     return PruneRule(state, max_age=keep, task=task, exclude_tasks=exclude)
 
 
-def retention_rules(app: Conveyor) -> list[PruneRule]:
+def retention_rules(settings: Settings, tasks: Iterable[Task]) -> list[PruneRule]:
     """Per-task rules for tasks with their own setting, app-wide rules for the rest.
     Cancelled jobs follow ``keep_completed``."""
-    settings = app.settings
+    tasks = list(tasks)
     rules: list[PruneRule] = []
     for state, attr, default in (
         (JobState.COMPLETED, "keep_completed", settings.keep_completed),
@@ -36,7 +38,7 @@ def retention_rules(app: Conveyor) -> list[PruneRule]:
         (JobState.FAILED, "keep_failed", settings.keep_failed),
     ):
         custom: list[str] = []
-        for task in app.tasks.values():
+        for task in tasks:
             if getattr(task.options, f"{attr}_set"):
                 custom.append(task.name)
                 rule = _rule(state, getattr(task.options, attr), task=task.name)
@@ -54,12 +56,14 @@ FORGET_WORKERS_AFTER = 3600.0
 
 
 class RetentionCleaner:
-    def __init__(self, app: Conveyor) -> None:
-        self._app = app
+    def __init__(self, backend: Backend, rules: list[PruneRule], stats_retention: float) -> None:
+        self._backend = backend
+        self._rules = rules
+        self._stats_retention = stats_retention
 
     async def run_once(self) -> int:
-        backend = self._app.backend
+        backend = self._backend
         await backend.prune_workers(FORGET_WORKERS_AFTER)
-        deleted = await backend.prune_jobs(retention_rules(self._app))
-        await backend.prune_job_stats(self._app.settings.stats_retention)
+        deleted = await backend.prune_jobs(self._rules)
+        await backend.prune_job_stats(self._stats_retention)
         return deleted

@@ -3,22 +3,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from conveyor.backends.base import StallResult
-
-if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+from conveyor.backends.base import Backend, StallResult
+from conveyor.events import EventBus
 
 
 class StallReaper:
-    def __init__(self, app: Conveyor) -> None:
-        self._app = app
+    def __init__(self, backend: Backend, events: EventBus, max_stalled: int) -> None:
+        self._backend = backend
+        self._events = events
+        self._max_stalled = max_stalled
 
     async def run_once(self) -> StallResult:
-        app = self._app
-        result = await app.backend.recover_stalled(app.settings.max_stalled)
-        events = app.events
+        result = await self._backend.recover_stalled(self._max_stalled)
+        events = self._events
         for job in result.requeued:
             events.emit("stalled", job=job, requeued=True)
         for job in result.cancelled:  # a cancel was pending: it wins over a retry

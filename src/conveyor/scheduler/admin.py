@@ -19,19 +19,19 @@ from conveyor.scheduler.cron import InvalidTiming, check_interval, load_zone, no
 from conveyor.scheduler.timetable import Timetable, timetable
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
     from conveyor.job import Job
+    from conveyor.runtime import Runtime
 
 
 class Schedules:
     """``app.schedules``: list, get, pause, resume, trigger, set_cron, next_fires."""
 
-    def __init__(self, app: Conveyor) -> None:
-        self._app = app
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
 
     async def list(self) -> builtins.list[ScheduleRecord]:
         """Every stored schedule, by name."""
-        backend = await self._app.connect()
+        backend = await self._runtime.connect()
         return await backend.list_schedules()
 
     async def get(self, name: str) -> ScheduleRecord:
@@ -41,7 +41,7 @@ class Schedules:
         raise ScheduleNotFound(name)
 
     async def _update(self, name: str, **changes: object) -> ScheduleRecord:
-        backend = await self._app.connect()
+        backend = await self._runtime.connect()
         record = await backend.update_schedule(name, **changes)  # type: ignore[arg-type]
         if record is None:
             raise ScheduleNotFound(name)
@@ -56,7 +56,7 @@ class Schedules:
         ``skip`` goes on from the next slot after now; ``run_once`` fires once for
         them (the scheduler sees the old slot due), then goes on from now."""
         record = await self.get(name)
-        backend = await self._app.connect()
+        backend = await self._runtime.connect()
         now = await backend.now()
         upcoming = record.next_fire_at
         if upcoming is not None and upcoming <= now and record.spec.misfire is MisfirePolicy.SKIP:
@@ -71,7 +71,7 @@ class Schedules:
         options = dict(serialization.loads(record.spec.options))
         metadata = {**options.pop("metadata", {}), "schedule": name, "trigger": True}
         payload = serialization.loads(record.spec.payload)
-        return await self._app.enqueue(record.spec.task, payload, metadata=metadata, **options)
+        return await self._runtime.enqueue(record.spec.task, payload, metadata=metadata, **options)
 
     async def set_cron(
         self, name: str, cron: str | None = None, every: float | str | None = None
@@ -86,7 +86,7 @@ class Schedules:
         except (InvalidTiming, ValueError) as exc:
             raise InvalidSchedule(f"schedule {name!r}: {exc}") from None
         record = await self.get(name)
-        backend = await self._app.connect()
+        backend = await self._runtime.connect()
         now = await backend.now()
         upcoming = timetable(record.spec, cron_text, interval).first(now, record.fires)
         return await self._update(
@@ -99,7 +99,7 @@ class Schedules:
         record = await self.get(name)
         if record.next_fire_at is None:
             return []
-        backend = await self._app.connect()
+        backend = await self._runtime.connect()
         now = await backend.now()
         table = Timetable.of(record)
         fires = record.fires
@@ -114,6 +114,6 @@ class Schedules:
 
     async def delete(self, name: str) -> None:
         """Forget a stored schedule (a scheduler whose app declares it stores it again)."""
-        backend = await self._app.connect()
+        backend = await self._runtime.connect()
         if not await backend.delete_schedules([name]):
             raise ScheduleNotFound(name)

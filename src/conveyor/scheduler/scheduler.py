@@ -37,8 +37,8 @@ from conveyor.scheduler.cron import fire_time_text
 from conveyor.scheduler.timetable import Timetable, timetable
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
     from conveyor.job import Job
+    from conveyor.runtime import Runtime
 
 logger = logging.getLogger("conveyor.scheduler")
 
@@ -51,17 +51,17 @@ FIRES_PER_LOOK = 100
 
 
 class Scheduler:
-    """Fires the schedules ``app`` declares. ``await run()`` until ``stop()``."""
+    """Fires the schedules an app declares. ``await run()`` until ``stop()``."""
 
     def __init__(
         self,
-        app: Conveyor,
+        runtime: Runtime,
         *,
         max_sleep: float = MAX_SLEEP,
         misfire_grace: float = MISFIRE_GRACE,
         install_signals: bool = False,
     ) -> None:
-        self.app = app
+        self.runtime = runtime
         self.max_sleep = max_sleep
         self.misfire_grace = misfire_grace
         self.install_signals = install_signals
@@ -84,8 +84,8 @@ class Scheduler:
         if self.install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
-        logger.info("scheduler started with %d schedule(s)", len(self.app.schedule_specs))
-        if not self.app.schedule_specs:
+        logger.info("scheduler started with %d schedule(s)", len(self.runtime.schedules))
+        if not self.runtime.schedules:
             logger.warning("the app declares no schedules (app.schedule): nothing to fire")
         try:
             while not self._stopping:
@@ -94,10 +94,10 @@ class Scheduler:
                     delay = await self.tick()
                 except ConveyorError as exc:  # backend down: keep trying
                     logger.warning("scheduler: %s: %s", type(exc).__name__, exc)
-                    self.app.events.emit("error", error=exc, where="scheduler")
+                    self.runtime.events.emit("error", error=exc, where="scheduler")
                 except Exception as exc:  # a bug: say so loudly, keep scheduling
                     logger.exception("scheduler: unexpected error")
-                    self.app.events.emit("error", error=exc, where="scheduler")
+                    self.runtime.events.emit("error", error=exc, where="scheduler")
                 if delay > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stop.wait(), delay)
@@ -114,10 +114,10 @@ class Scheduler:
     # -- one look ---------------------------------------------------------------
     async def sync(self) -> list[ScheduleRecord]:
         """Store the declared schedules; forget stored ones the app no longer declares."""
-        backend = await self.app.connect()
-        specs = list(self.app.schedule_specs.values())
+        backend = await self.runtime.connect()
+        specs = list(self.runtime.schedules.values())
         stored = {record.name: record for record in await backend.list_schedules()}
-        gone = [name for name in stored if name not in self.app.schedule_specs]
+        gone = [name for name in stored if name not in self.runtime.schedules]
         if gone:
             await backend.delete_schedules(gone)
             logger.info("removed schedule(s) no longer declared: %s", ", ".join(sorted(gone)))
@@ -132,12 +132,12 @@ class Scheduler:
 
     async def tick(self) -> float:
         """Fire every due slot once; returns how long to sleep before the next look."""
-        backend = await self.app.connect()
+        backend = await self.runtime.connect()
         if not self._synced:
             await self.sync()
         now = await backend.now()
         records = await backend.list_schedules()
-        declared = self.app.schedule_specs
+        declared = self.runtime.schedules
         if not declared.keys() <= {record.name for record in records}:
             records = await self.sync()  # deleted meanwhile (an operator, an old deploy)
         wake = now + self.max_sleep
@@ -153,7 +153,7 @@ class Scheduler:
                         logger.warning("schedule %r: could not fire: %s", record.name, exc)
                     else:
                         logger.exception("schedule %r: could not fire", record.name)
-                    self.app.events.emit("error", error=exc, where=f"schedule {record.name}")
+                    self.runtime.events.emit("error", error=exc, where=f"schedule {record.name}")
                     upcoming = None
             if upcoming is not None:
                 wake = min(wake, upcoming)
@@ -177,7 +177,7 @@ class Scheduler:
                     record.name,
                     fire_time_text(slot, False),
                 )
-                self.app.events.emit(
+                self.runtime.events.emit(
                     "schedule_missed", schedule=record.name, missed_from=slot, next_fire=following
                 )
                 slot = following
@@ -188,7 +188,7 @@ class Scheduler:
                 return None
             if not job.duplicate:
                 self.fired += 1
-                self.app.events.emit(
+                self.runtime.events.emit(
                     "schedule_fired", schedule=record.name, job=job, fire_time=slot, catch_up=missed
                 )
             fires += 1
@@ -205,6 +205,6 @@ class Scheduler:
         if catch_up:
             metadata["catch_up"] = True
         payload = serialization.loads(record.spec.payload)
-        return await self.app.enqueue(
+        return await self.runtime.enqueue(
             record.spec.task, payload, idempotency_key=key, metadata=metadata, **options
         )

@@ -25,8 +25,9 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
-from conveyor.app import Conveyor, job_filter
+from conveyor.app import Conveyor
 from conveyor.backends.base import DURATION_BUCKETS, CircuitInfo, CircuitState, JobStat
+from conveyor.filters import job_filter
 from conveyor.job import JobState
 from conveyor.server.auth import Scope
 from conveyor.server.routing import route, state_of

@@ -22,7 +22,7 @@ from conveyor.worker.deadlines import Deadlines
 from conveyor.worker.threads import DaemonThreadPool
 
 if TYPE_CHECKING:
-    from conveyor.app import Conveyor
+    from conveyor.runtime import Runtime
     from conveyor.worker.running import Running
 
 logger = logging.getLogger("conveyor.worker")
@@ -48,11 +48,11 @@ class Executor:
     """Turns a claimed job into a :class:`Settlement` (or ``None`` when the
     worker no longer holds the lease and must not report anything)."""
 
-    def __init__(self, app: Conveyor, worker_id: str, threads: int) -> None:
-        self.app = app
+    def __init__(self, runtime: Runtime, worker_id: str, threads: int) -> None:
+        self.runtime = runtime
         self.worker_id = worker_id
-        self.events: EventBus = app.events
-        self.settings = app.settings
+        self.events: EventBus = runtime.events
+        self.settings = runtime.settings
         self._threads = threads
         self._pool: DaemonThreadPool | None = None
         self._circuits: dict[str, CircuitPolicy | None] = {}
@@ -118,7 +118,7 @@ class Executor:
         job = run.job
         if job.decode_error:
             return self._refuse(run, FailureReason.INVALID, ValidationError(job.decode_error))
-        task = self.app.tasks.get(job.task)
+        task = self.runtime.tasks.get(job.task)
         if task is None:
             exc = UnknownTask(
                 f"no task named {job.task!r} is registered in worker {self.worker_id}"
@@ -232,7 +232,7 @@ class Executor:
         circuit = self._circuit(task)
         token = job.lease_token or ""
         if will_retry:
-            delay = self.app.backoff_for(task).delay(job.attempts)
+            delay = self.runtime.backoff_for(task).delay(job.attempts)
             if self.events.has("retrying"):
                 self.events.emit("retrying", job=job, delay=delay)
             return Settlement(

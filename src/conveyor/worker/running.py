@@ -29,6 +29,6 @@ class Running:
         """Cancel the handler now, remembering why (the executor reads it)."""
         if self.stop_reason is None or reason == "lease_lost":
             self.stop_reason = reason
-        self.ctx._cancelled = True
+        self.ctx.mark_cancelled()
         if self.task is not None and not self.task.done():
             self.task.cancel(reason)

@@ -43,7 +43,7 @@ from conveyor.errors import BackendError, ConveyorError
 from conveyor.job import Job
 from conveyor.loops import loop_name
 from conveyor.maintenance.periodic import every
-from conveyor.maintenance.retention import RetentionCleaner
+from conveyor.maintenance.retention import RetentionCleaner, retention_rules
 from conveyor.maintenance.stalls import StallReaper
 from conveyor.worker.acker import Acker
 from conveyor.worker.executor import Executor
@@ -56,7 +56,7 @@ from conveyor.worker.stats import StatsReporter
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
 
-    from conveyor.app import Conveyor
+    from conveyor.runtime import Runtime
 
 logger = logging.getLogger("conveyor.worker")
 
@@ -75,7 +75,7 @@ class WorkerCrashed(ConveyorError):
 class Worker:
     def __init__(
         self,
-        app: Conveyor,
+        runtime: Runtime,
         *,
         queues: Sequence[str] | None = None,
         concurrency: int | None = None,
@@ -85,13 +85,13 @@ class Worker:
         install_signals: bool = True,
         maintenance: bool = True,
     ) -> None:
-        self.app = app
-        self.settings = app.settings
+        self.runtime = runtime
+        self.settings = runtime.settings
         self.id = worker_id or default_worker_id()
         if queues:
             listen = list(dict.fromkeys(queues))
         else:
-            listen = ["default", *sorted({t.options.queue for t in app.tasks.values()})]
+            listen = ["default", *sorted({t.options.queue for t in runtime.tasks.values()})]
             listen = list(dict.fromkeys(listen))
         self.own_queue = f"worker.{self.id}"
         self.queues: list[str] = [*listen, self.own_queue]
@@ -118,10 +118,10 @@ class Worker:
         self._loop_thread = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._capped = {
-            n: t.options.concurrency for n, t in app.tasks.items() if t.options.concurrency
+            n: t.options.concurrency for n, t in runtime.tasks.items() if t.options.concurrency
         }
         self._rate_limited = {
-            n: t.options.rate_limit for n, t in app.tasks.items() if t.options.rate_limit
+            n: t.options.rate_limit for n, t in runtime.tasks.items() if t.options.rate_limit
         }
         #: In burst mode, how long an empty claim may wait on a rate limit's window.
         self._rate_window = max((r.period for r in self._rate_limited.values()), default=0.0)
@@ -168,7 +168,7 @@ class Worker:
         if run is None or run.stop_reason is not None:
             return
         run.stop_reason = "cancel"
-        run.ctx._cancelled = True
+        run.ctx.mark_cancelled()
         if self._loop is not None:
             run.force_handle = self._loop.call_later(
                 self.settings.cancel_grace, lambda: run.interrupt("cancel")
@@ -189,12 +189,12 @@ class Worker:
     # -- the run ----------------------------------------------------------------
     async def run(self) -> None:
         """Run until stopped (or, in burst mode, until nothing is due)."""
-        app = self.app
-        backend = await app.connect()
+        runtime = self.runtime
+        backend = await runtime.connect()
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self.started_at = await backend.now()
-        self.executor = Executor(app, self.id, threads=self.concurrency)
+        self.executor = Executor(runtime, self.id, threads=self.concurrency)
         self.acker = Acker(backend, self._on_refused, self._on_circuit, self._on_cancelled)
         self.leases = LeaseKeeper(
             backend,
@@ -205,7 +205,7 @@ class Worker:
         )
         heartbeat = Heartbeat(backend, self.describe, self.settings.heartbeat_interval)
         self.stats = StatsReporter(backend, self.settings.stats_flush_interval)
-        app._local_workers.append(self)
+        runtime.local_workers.attach(self)
         if self.install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal, sig)
@@ -216,7 +216,13 @@ class Worker:
             self._side("heartbeat", heartbeat.run())
             self._side("stats", self.stats.run())
             if self.maintenance:
-                reaper, cleaner = StallReaper(app), RetentionCleaner(app)
+                settings = self.settings
+                reaper = StallReaper(backend, runtime.events, settings.max_stalled)
+                cleaner = RetentionCleaner(
+                    backend,
+                    retention_rules(settings, runtime.tasks.values()),
+                    settings.stats_retention,
+                )
                 if self.burst:
                     await reaper.run_once()
                 else:
@@ -236,7 +242,7 @@ class Worker:
             )
             if self._handoff:
                 self._handoff_task = self._side("handoffs", self._receive_handoffs())
-            app.events.emit("worker_started", worker_id=self.id)
+            runtime.events.emit("worker_started", worker_id=self.id)
             logger.info(
                 "worker %s started: queues %s, concurrency %d, prefetch %d, loop %s",
                 self.id,
@@ -251,7 +257,7 @@ class Worker:
             if self.install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     self._loop.remove_signal_handler(sig)
-            app._local_workers.remove(self)
+            runtime.local_workers.detach(self)
         if self._crash is not None:
             raise WorkerCrashed(f"worker {self.id} stopped: a side role died") from self._crash
 
@@ -281,7 +287,7 @@ class Worker:
             return  # it ends with the shutdown
         logger.critical("worker role %r died: %r; stopping the worker", name, exc)
         self._crash = exc or RuntimeError(f"{name} returned")
-        self.app.events.emit("error", error=self._crash, where=name)
+        self.runtime.events.emit("error", error=self._crash, where=name)
         self.stop()
 
     # -- claiming -----------------------------------------------------------------
@@ -303,7 +309,7 @@ class Worker:
         )
 
     async def _claim_loop(self) -> None:
-        backend = self.app.backend
+        backend = self.runtime.backend
         batch_max = self.settings.claim_batch
         failures = 0
         last_claimed = time.monotonic()
@@ -366,8 +372,8 @@ class Worker:
         """A claim's (or a handoff's) outcome; their leases started at ``sent_at``."""
         for job in result.expired:
             self.stats.add(job.task, job.queue, "expired", 0.0)
-            self.app.events.emit("expired", job=job)
-            self.app.events.emit("dead", job=job, reason="expired", error=job.error)
+            self.runtime.events.emit("expired", job=job)
+            self.runtime.events.emit("dead", job=job, reason="expired", error=job.error)
         if not result.jobs:
             return
         deadline = self.leases.trusted_until(sent_at)
@@ -387,7 +393,7 @@ class Worker:
         """Jobs enqueues claimed for this worker while it was idle; ends with
         ``end_handoffs`` at shutdown. Such jobs may come while a claim of the
         worker is in flight: it then holds a few more than its slots (buffered)."""
-        backend = self.app.backend
+        backend = self.runtime.backend
         failures = 0
         while True:
             try:
@@ -414,7 +420,7 @@ class Worker:
             return
         sent_at = time.monotonic()
         try:
-            left = await self.app.backend.end_handoffs(self.id, self.settings.lease)
+            left = await self.runtime.backend.end_handoffs(self.id, self.settings.lease)
         except (BackendError, OSError) as exc:
             # The registration runs out by itself; what is still handed is
             # released as it arrives (_take), and an inbox never popped comes
@@ -439,7 +445,7 @@ class Worker:
 
     def _hold(self, job: Job, lease_deadline: float) -> None:
         """A claimed job: start it in a free slot, or buffer it (prefetch)."""
-        job._app = self.app
+        job.bind(self.runtime)
         ctx = JobContext(job, self.id, self._on_progress)
         run = Running(job, ctx, lease_deadline=lease_deadline)
         self._running_by_task[job.task] = self._running_by_task.get(job.task, 0) + 1
@@ -475,8 +481,8 @@ class Worker:
 
     def _settle_unstarted(self, run: Running, outcome: Outcome) -> None:
         job = run.job
-        if outcome is Outcome.CANCEL and self.app.events.has("cancelled"):
-            self.app.events.emit("cancelled", job=job)
+        if outcome is Outcome.CANCEL and self.runtime.events.has("cancelled"):
+            self.runtime.events.emit("cancelled", job=job)
         self.acker.add(Settlement(job.id, job.lease_token or "", outcome, job.task), job)
         self._forget(run)
 
@@ -506,7 +512,7 @@ class Worker:
             raise
         except Exception as exc:  # a bug in conveyor itself: leave the job to the stall reaper
             logger.exception("internal error while running job %s", job.id)
-            self.app.events.emit("error", error=exc, where="executor")
+            self.runtime.events.emit("error", error=exc, where="executor")
         finally:
             if run.force_handle is not None:
                 run.force_handle.cancel()
@@ -525,8 +531,8 @@ class Worker:
         if run is None:
             return
         run.unsaved_progress = encoded
-        if self.app.events.has("progress"):
-            self.app.events.emit("progress", job=job, progress=report)
+        if self.runtime.events.has("progress"):
+            self.runtime.events.emit("progress", job=job, progress=report)
 
     def _on_refused(self, job_ids: set[str]) -> None:
         shown = ", ".join(sorted(job_ids)[:10]) + (" …" if len(job_ids) > 10 else "")
@@ -539,20 +545,20 @@ class Worker:
     def _on_cancelled(self, jobs: list[Job]) -> None:
         """A retry or release that a pending cancel turned into ``cancelled``."""
         for job in jobs:
-            self.app.events.emit("cancelled", job=job)
+            self.runtime.events.emit("cancelled", job=job)
 
     def _on_circuit(self, changes: list[CircuitInfo]) -> None:
         for circuit in changes:
             if circuit.state.value == "closed":
                 logger.info("circuit of task %s closed", circuit.task)
-                self.app.events.emit("circuit_closed", task=circuit.task, circuit=circuit)
+                self.runtime.events.emit("circuit_closed", task=circuit.task, circuit=circuit)
             else:
                 logger.warning(
                     "circuit of task %s opened after %d failures: its jobs wait until it closes",
                     circuit.task,
                     circuit.failures,
                 )
-                self.app.events.emit("circuit_opened", task=circuit.task, circuit=circuit)
+                self.runtime.events.emit("circuit_opened", task=circuit.task, circuit=circuit)
 
     # -- shutdown ---------------------------------------------------------------
     async def _shutdown(self) -> None:
@@ -600,9 +606,9 @@ class Worker:
             task.cancel()
         await asyncio.gather(*self._side_tasks, return_exceptions=True)
         try:
-            await self.app.backend.remove_worker(self.id)
+            await self.runtime.backend.remove_worker(self.id)
         except (BackendError, OSError) as exc:
             logger.warning("could not remove heartbeat: %s", exc)
         await self.executor.close()
-        self.app.events.emit("worker_stopped", worker_id=self.id)
-        await self.app.events.flush()
+        self.runtime.events.emit("worker_stopped", worker_id=self.id)
+        await self.runtime.events.flush()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from conveyor.app import Conveyor, job_filter
+from conveyor.app import Conveyor
 from conveyor.backends.base import (
     CircuitInfo,
     CircuitState,
@@ -21,6 +21,7 @@ from conveyor.backends.base import (
     WorkerInfo,
 )
 from conveyor.durations import parse_duration
+from conveyor.filters import job_filter
 from conveyor.job import FailureReason, Job, JobState
 from conveyor.server.dashboard.charts import Chart, throughput_charts
 
