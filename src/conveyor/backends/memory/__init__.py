@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from conveyor.backends.memory.backend import MemoryBackend, drop_memory_store
+from conveyor.backends.memory.backend import MemoryBackend
+from conveyor.backends.memory.store import drop_memory_store
 
 __all__ = ["MemoryBackend", "drop_memory_store"]

@@ -1,7 +1,4 @@
-"""Job statistics in memory: cumulative totals and per-minute series rows.
-
-The store's lock is held by the caller around every method.
-"""
+"""Job statistics in memory: cumulative totals and per-minute series rows."""
 
 from __future__ import annotations
 
@@ -9,8 +6,7 @@ import math
 from collections.abc import Sequence
 
 from conveyor.backends.base import DURATION_BUCKETS, JobStat
-
-_Key = tuple[str, str, str]
+from conveyor.backends.memory.store import Store
 
 
 def _copy(stat: JobStat, minute: float) -> JobStat:
@@ -32,32 +28,33 @@ def _add(into: JobStat, stat: JobStat) -> None:
         into.buckets[i] += n
 
 
-class JobStatTable:
-    def __init__(self) -> None:
-        self.totals: dict[_Key, JobStat] = {}
-        self.series: dict[tuple[float, str, str, str], JobStat] = {}
+def record_job_stats(store: Store, stats: Sequence[JobStat]) -> None:
+    minute = float(math.floor(store.now() / 60.0) * 60)
+    for stat in stats:
+        key = (stat.task, stat.queue, stat.status)
+        total = store.stat_totals.get(key)
+        if total is None:
+            store.stat_totals[key] = total = JobStat(*key)
+        _add(total, stat)
+        row = store.stat_series.get((minute, *key))
+        if row is None:
+            store.stat_series[(minute, *key)] = row = JobStat(*key, minute=minute)
+        _add(row, stat)
 
-    def record(self, stats: Sequence[JobStat], now: float) -> None:
-        minute = float(math.floor(now / 60.0) * 60)
-        for stat in stats:
-            key = (stat.task, stat.queue, stat.status)
-            total = self.totals.get(key)
-            if total is None:
-                self.totals[key] = total = JobStat(*key)
-            _add(total, stat)
-            row = self.series.get((minute, *key))
-            if row is None:
-                self.series[(minute, *key)] = row = JobStat(*key, minute=minute)
-            _add(row, stat)
 
-    def list_totals(self) -> list[JobStat]:
-        return [_copy(stat, 0.0) for _, stat in sorted(self.totals.items())]
+def job_stat_totals(store: Store) -> list[JobStat]:
+    return [_copy(stat, 0.0) for _, stat in sorted(store.stat_totals.items())]
 
-    def list_series(self, since: float) -> list[JobStat]:
-        return [_copy(stat, key[0]) for key, stat in sorted(self.series.items()) if key[0] >= since]
 
-    def prune(self, cutoff: float) -> int:
-        old = [key for key in self.series if key[0] < cutoff]
-        for key in old:
-            del self.series[key]
-        return len(old)
+def job_stat_series(store: Store, since: float) -> list[JobStat]:
+    return [
+        _copy(stat, key[0]) for key, stat in sorted(store.stat_series.items()) if key[0] >= since
+    ]
+
+
+def prune_job_stats(store: Store, older_than: float) -> int:
+    cutoff = store.now() - older_than
+    old = [key for key in store.stat_series if key[0] < cutoff]
+    for key in old:
+        del store.stat_series[key]
+    return len(old)

@@ -1,0 +1,140 @@
+"""Acting on jobs, queues, circuits and workers in memory: cancel, retry,
+delete and purge; queue settings; circuit resets; worker heartbeats."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from conveyor.backends.base import (
+    CircuitInfo,
+    CircuitState,
+    JobFilter,
+    QueueInfo,
+    WorkerInfo,
+    earlier_retry,
+)
+from conveyor.backends.memory.reads import select
+from conveyor.backends.memory.store import Row, Store, deadline, to_job
+from conveyor.errors import BackendError, InvalidStateError, JobNotFound
+from conveyor.job import Job, JobState
+
+
+# -- jobs ------------------------------------------------------------------
+def cancel_job(store: Store, job_id: str) -> Job | None:
+    row = store.jobs.get(job_id)
+    if row is None:
+        return None
+    if row.state in (JobState.WAITING, JobState.DELAYED):
+        row.finished_at = store.now()
+        store.move(row, JobState.CANCELLED)
+    elif row.state is JobState.ACTIVE:
+        row.cancel_requested = True
+    return to_job(row)
+
+
+def retry_failed(store: Store, job_id: str, new_id: str) -> Job:
+    row = store.jobs.get(job_id)
+    if row is None:
+        raise JobNotFound(job_id)
+    if row.state is not JobState.FAILED:
+        raise InvalidStateError(f"job {job_id} is {row.state.value}, not failed")
+    if row.retried_as is not None:
+        earlier = store.jobs.get(row.retried_as)
+        return earlier_retry(job_id, row.retried_as, [to_job(earlier)] if earlier else [])
+    if new_id in store.jobs:
+        raise BackendError(f"a job with id {new_id!r} already exists")
+    now = store.now()
+    copy = Row(
+        id=new_id,
+        task=row.task,
+        queue=row.queue,
+        payload=row.payload,
+        state=JobState.WAITING,
+        priority=row.priority,
+        max_attempts=row.max_attempts,
+        timeout=row.timeout,
+        run_at=now,
+        created_at=now,
+        ttl=row.ttl,
+        expires_at=deadline(now, row.ttl),
+        idempotency_key=None,
+        tenant=row.tenant,
+        metadata=row.metadata,
+        retry_of=job_id,
+    )
+    store.insert(copy)
+    row.retried_as = new_id
+    store.notify([copy.queue])
+    return to_job(copy)
+
+
+def delete_jobs(store: Store, job_ids: Sequence[str]) -> int:
+    deleted = 0
+    for job_id in dict.fromkeys(job_ids):
+        row = store.jobs.get(job_id)
+        if row is not None and row.state is not JobState.ACTIVE:
+            store.remove(row)
+            deleted += 1
+    return deleted
+
+
+def purge_jobs(store: Store, where: JobFilter) -> int:
+    doomed = [row for row in select(store, where) if row.state is not JobState.ACTIVE]
+    for row in doomed:
+        store.remove(row)
+    return len(doomed)
+
+
+# -- queues and circuits ---------------------------------------------------
+def configure_queue(store: Store, name: str, max_size: int | None, ttl: float | None) -> None:
+    info = store.queues.get(name)
+    if info is None:
+        store.queues[name] = QueueInfo(name, max_size=max_size, ttl=ttl)
+    else:
+        info.max_size = max_size
+        info.ttl = ttl
+
+
+def set_queue_paused(store: Store, name: str, paused: bool) -> None:
+    info = store.queues.setdefault(name, QueueInfo(name))
+    info.paused = paused
+    if not paused:
+        store.notify([name])
+
+
+def list_circuits(store: Store) -> list[CircuitInfo]:
+    return [
+        CircuitInfo(task, c.state, c.failures, c.open_until)
+        for task, c in sorted(store.circuits.items())
+    ]
+
+
+def reset_circuit(store: Store, task: str) -> None:
+    circuit = store.circuits.get(task)
+    if circuit is not None:
+        circuit.state = CircuitState.CLOSED
+        circuit.failures = 0
+        circuit.open_until = None
+        store.notify(everyone=True)
+
+
+# -- workers ---------------------------------------------------------------
+def record_heartbeat(store: Store, worker: WorkerInfo) -> None:
+    store.workers[worker.id] = replace(worker, queues=list(worker.queues), last_seen=store.now())
+
+
+def list_workers(store: Store) -> list[WorkerInfo]:
+    return [replace(w, queues=list(w.queues)) for _, w in sorted(store.workers.items())]
+
+
+def remove_worker(store: Store, worker_id: str) -> None:
+    store.workers.pop(worker_id, None)
+
+
+def prune_workers(store: Store, older_than: float) -> int:
+    cutoff = store.now() - older_than
+    gone = [wid for wid, w in store.workers.items() if w.last_seen < cutoff]
+    for wid in gone:
+        del store.workers[wid]
+    return len(gone)

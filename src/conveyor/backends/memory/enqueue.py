@@ -1,0 +1,97 @@
+"""Enqueue in memory: new rows, idempotency keys and queue size limits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from conveyor.backends.base import NewJob
+from conveyor.backends.memory.store import IdempotencyKey, Row, Store, deadline, to_job
+from conveyor.errors import BackendError, QueueFull
+from conveyor.job import Job, JobState
+
+
+def enqueue_jobs(store: Store, jobs: Sequence[NewJob]) -> list[Job]:
+    now = store.now()
+    plan: list[tuple[Row, bool] | IdempotencyKey] = []  # (row, is_new) or a remembered key
+    in_batch: dict[str, Row] = {}
+    new_ids: set[str] = set()
+    added: dict[str, int] = {}
+    for new in jobs:
+        key = new.idempotency_key
+        if key is not None:
+            if key in in_batch:
+                plan.append((in_batch[key], False))
+                continue
+            known = store.keys.get(key)
+            if known is not None and now < known.expires_at:
+                existing = store.jobs.get(known.job_id)
+                plan.append((existing, False) if existing is not None else known)
+                continue
+        if new.id in store.jobs or new.id in new_ids:
+            raise BackendError(f"a job with id {new.id!r} already exists")
+        new_ids.add(new.id)
+        run_at = new.run_at if new.run_at is not None else now + new.delay
+        ttl = store.effective_ttl(new.ttl, new.queue)
+        row = Row(
+            id=new.id,
+            task=new.task,
+            queue=new.queue,
+            payload=bytes(new.payload),
+            state=JobState.DELAYED if run_at > now else JobState.WAITING,
+            priority=new.priority,
+            max_attempts=new.max_attempts,
+            timeout=new.timeout,
+            run_at=run_at,
+            created_at=now,
+            ttl=ttl,
+            expires_at=deadline(run_at, ttl),
+            idempotency_key=key,
+            tenant=new.tenant,
+            metadata=bytes(new.metadata) if new.metadata is not None else None,
+            retry_of=new.retry_of,
+        )
+        plan.append((row, True))
+        added[new.queue] = added.get(new.queue, 0) + 1
+        if key is not None:
+            in_batch[key] = row
+    for queue, count in added.items():
+        info = store.queues.get(queue)
+        if (
+            info is not None
+            and info.max_size is not None
+            and (store.pending_count(queue) + count > info.max_size)
+        ):
+            raise QueueFull(queue, info.max_size)
+    # Validated: from here on nothing can fail, so the batch is all or nothing.
+    ttl_of = {new.id: new.idempotency_ttl for new in jobs}
+    woken: set[str] = set()
+    timer = False
+    for item in plan:
+        if isinstance(item, tuple) and item[1]:
+            row = item[0]
+            store.insert(row)
+            if row.idempotency_key is not None:
+                store.keys[row.idempotency_key] = IdempotencyKey(
+                    row.idempotency_key, row.id, row.task, row.queue, now + ttl_of[row.id]
+                )
+            if row.state is JobState.WAITING:
+                woken.add(row.queue)
+            else:
+                timer = True
+    store.notify(woken, timer=timer)
+    out: list[Job] = []
+    for item in plan:
+        if isinstance(item, IdempotencyKey):
+            out.append(
+                Job(
+                    id=item.job_id,
+                    task=item.task,
+                    queue=item.queue,
+                    state=item.state or JobState.COMPLETED,
+                    idempotency_key=item.name,
+                    duplicate=True,
+                )
+            )
+        else:
+            out.append(to_job(item[0], duplicate=not item[1]))
+    return out

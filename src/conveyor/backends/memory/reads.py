@@ -1,0 +1,85 @@
+"""Reads in memory: jobs by id or filter, counts per queue, the queues known."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from conveyor.backends.base import JobFilter, QueueInfo
+from conveyor.backends.memory.store import Row, Store, to_job
+from conveyor.job import Job, JobState
+
+
+def _matches(row: Row, where: JobFilter) -> bool:
+    if where.states is not None and row.state not in where.states:
+        return False
+    if where.queue is not None and row.queue != where.queue:
+        return False
+    if where.task is not None and row.task != where.task:
+        return False
+    if where.tenant is not None and row.tenant != where.tenant:
+        return False
+    if where.failure_reason is not None and row.failure_reason is not where.failure_reason:
+        return False
+    if where.idempotency_key is not None and row.idempotency_key != where.idempotency_key:
+        return False
+    return where.finished_before is None or (
+        row.finished_at is not None and row.finished_at < where.finished_before
+    )
+
+
+def select(store: Store, where: JobFilter) -> list[Row]:
+    """The rows ``where`` matches, in no particular order."""
+    if where.states is not None:
+        ids: Iterable[str] = [i for s in dict.fromkeys(where.states) for i in store.by_state[s]]
+        rows: Iterable[Row] = (store.jobs[i] for i in ids)
+    else:
+        rows = store.jobs.values()
+    return [row for row in rows if _matches(row, where)]
+
+
+def get_jobs(store: Store, job_ids: Sequence[str]) -> list[Job]:
+    out: list[Job] = []
+    for job_id in dict.fromkeys(job_ids):
+        row = store.jobs.get(job_id)
+        if row is not None:
+            out.append(to_job(row))
+    return out
+
+
+def list_jobs(store: Store, where: JobFilter, limit: int, offset: int) -> list[Job]:
+    rows = select(store, where)
+    rows.sort(key=lambda r: r.id, reverse=True)  # ids increase with creation
+    return [to_job(r) for r in rows[max(0, offset) : max(0, offset) + max(0, limit)]]
+
+
+def count_jobs(store: Store, where: JobFilter) -> int:
+    return len(select(store, where))
+
+
+def _known_queues(store: Store) -> list[str]:
+    names = set(store.queues)
+    names.update(q for q, counts in store.counts.items() if any(counts.values()))
+    return sorted(names)
+
+
+def queue_counts(store: Store) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for queue in _known_queues(store):
+        counts = store.counts.get(queue)
+        out[queue] = {s.value: (counts[s] if counts else 0) for s in JobState}
+    return out
+
+
+def oldest_waiting(store: Store) -> dict[str, float]:
+    now = store.now()
+    out: dict[str, float] = {}
+    for job_id in store.by_state[JobState.WAITING]:
+        row = store.jobs[job_id]
+        if row.run_at <= now and (row.queue not in out or row.run_at < out[row.queue]):
+            out[row.queue] = row.run_at
+    return out
+
+
+def list_queues(store: Store) -> list[QueueInfo]:
+    return [replace(store.queues.get(name) or QueueInfo(name)) for name in _known_queues(store)]

@@ -1,0 +1,332 @@
+"""The memory store: its row types, state and indexes, and the stores by name.
+
+Every area module (enqueue, claim, settle, ...) works on a :class:`Store` while
+its caller holds ``store.lock`` and never awaits in between, so each operation is
+atomic (also against another thread using the same store, e.g. ``enqueue_sync``).
+
+Indexes kept beside the ``jobs`` dict, all with lazy deletion (an entry carries
+the row's ``seq`` and is dropped when it no longer matches the row):
+
+- ``waiting[queue][task]``: a heap of ``(-priority, run_at, id, seq)``, so a claim
+  merges the heads of the (queue, task) heaps it may take from and never scans
+  the jobs of a blocked task (open circuit, rate limit, task cap);
+- ``delayed``: a heap of ``(run_at, id, seq)`` for promotion inside the claim;
+- ``expiring``: a heap of ``(expires_at, id, seq)`` of waiting jobs with a TTL;
+- ``by_state`` and ``counts[queue][state]``, maintained on every state change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from conveyor.backends.base import CircuitState, JobStat, QueueInfo, ScheduleRecord, WorkerInfo
+from conveyor.backends.rows import decode_fields
+from conveyor.backends.worksignal import PendingQueues
+from conveyor.errors import ConfigurationError
+from conveyor.job import ErrorInfo, FailureReason, Job, JobState
+
+WaitEntry = tuple[int, float, str, int]  # (-priority, run_at, id, seq)
+TimeEntry = tuple[float, str, int]  # (time, id, seq)
+StatKey = tuple[str, str, str]  # (task, queue, status)
+
+
+@dataclass(slots=True)
+class Row:
+    """One stored job. JSON columns stay the encoded bytes they were given."""
+
+    id: str
+    task: str
+    queue: str
+    payload: bytes
+    state: JobState
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    run_at: float
+    created_at: float
+    ttl: float | None
+    """The effective TTL (the smaller of the job's and its queue's at enqueue):
+    every wait in ``waiting`` gets it afresh (``expires_at`` is re-set)."""
+    expires_at: float | None
+    idempotency_key: str | None
+    tenant: str | None
+    metadata: bytes | None
+    retry_of: str | None
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    lease_until: float | None = None
+    lease_token: str | None = None
+    worker_id: str | None = None
+    stalls: int = 0
+    progress: bytes | None = None
+    result: bytes | None = None
+    errors: tuple[ErrorInfo, ...] = ()
+    """Error history; a tuple, so that most rows hold no container of their own."""
+    failure_reason: FailureReason | None = None
+    retried_as: str | None = None
+    cancel_requested: bool = False
+    seq: int = 0
+    """Bumped each time the row enters waiting or delayed; index entries carry it."""
+
+
+@dataclass(slots=True)
+class IdempotencyKey:
+    """An idempotency key; it outlives its job's row until ``expires_at``."""
+
+    name: str
+    job_id: str
+    task: str
+    queue: str
+    expires_at: float
+    state: JobState | None = None
+    """The state the job had when its row was deleted (``None`` while it exists)."""
+
+
+@dataclass(slots=True)
+class Circuit:
+    state: CircuitState = CircuitState.CLOSED
+    failures: int = 0
+    open_until: float | None = None
+    open_for: float = 0.0
+    """From the last failure's policy: how long a failed trial re-opens it."""
+
+
+@dataclass(slots=True)
+class RateLog:
+    """Start times of a rate-limited task (a sliding log)."""
+
+    period: float
+    starts: deque[float] = field(default_factory=deque)
+
+    def trim(self, now: float, period: float) -> None:
+        floor = now - period
+        while self.starts and self.starts[0] <= floor:
+            self.starts.popleft()
+
+
+def copy_error(error: ErrorInfo) -> ErrorInfo:
+    return replace(error)
+
+
+def to_job(row: Row, duplicate: bool = False) -> Job:
+    """A fresh :class:`Job` built from ``row``: nothing in it aliases the store."""
+    fields = decode_fields(row.payload, row.metadata, row.result, row.progress)
+    errors = [copy_error(e) for e in row.errors]
+    return Job(
+        id=row.id,
+        task=row.task,
+        queue=row.queue,
+        payload=fields.payload,
+        state=row.state,
+        priority=row.priority,
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        timeout=row.timeout,
+        run_at=row.run_at,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        expires_at=row.expires_at,
+        ttl=row.ttl,
+        lease_until=row.lease_until,
+        lease_token=row.lease_token,
+        worker_id=row.worker_id,
+        stalls=row.stalls,
+        progress=fields.progress,
+        result=fields.result,
+        error=errors[-1] if errors else None,
+        errors=errors,
+        failure_reason=row.failure_reason,
+        idempotency_key=row.idempotency_key,
+        tenant=row.tenant,
+        metadata=fields.metadata,
+        retried_as=row.retried_as,
+        retry_of=row.retry_of,
+        cancel_requested=row.cancel_requested,
+        duplicate=duplicate,
+        decode_error=fields.problem,
+    )
+
+
+def deadline(start: float, ttl: float | None) -> float | None:
+    """``expires_at`` of a wait that starts at ``start``: each wait gets the whole TTL."""
+    return None if ttl is None else start + ttl
+
+
+def _wake(future: asyncio.Future[bool], work: bool) -> None:
+    if not future.done():
+        future.set_result(work)
+
+
+class Store:
+    """Everything one store holds. Callers hold ``lock`` around every method."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last_now = 0.0
+        self.jobs: dict[str, Row] = {}
+        self.by_state: dict[JobState, set[str]] = {state: set() for state in JobState}
+        self.counts: dict[str, dict[JobState, int]] = {}
+        self.waiting: dict[str, dict[str, list[WaitEntry]]] = {}
+        self.delayed: list[TimeEntry] = []
+        self.expiring: list[TimeEntry] = []
+        self.keys: dict[str, IdempotencyKey] = {}
+        self.queues: dict[str, QueueInfo] = {}
+        self.circuits: dict[str, Circuit] = {}
+        self.rates: dict[str, RateLog] = {}
+        self.workers: dict[str, WorkerInfo] = {}
+        self.waiters: dict[asyncio.Future[bool], frozenset[str]] = {}
+        # Queues notified while no waiter on them was listening: a worker between
+        # an empty claim and its next wait must not sleep through that work.
+        self.pending = PendingQueues()
+        self.schedules: dict[str, ScheduleRecord] = {}
+        self.stat_totals: dict[StatKey, JobStat] = {}
+        self.stat_series: dict[tuple[float, str, str, str], JobStat] = {}
+
+    # -- clock -------------------------------------------------------------
+    def now(self) -> float:
+        """Host clock, never going backwards for this store."""
+        now = time.time()
+        if now < self.last_now:
+            return self.last_now
+        self.last_now = now
+        return now
+
+    # -- rows and indexes --------------------------------------------------
+    def _index(self, row: Row) -> None:
+        """Add index entries for the state ``row`` just entered."""
+        if row.state is JobState.WAITING:
+            row.seq += 1
+            by_task = self.waiting.setdefault(row.queue, {})
+            heap = by_task.setdefault(row.task, [])
+            heapq.heappush(heap, (-row.priority, row.run_at, row.id, row.seq))
+            if row.expires_at is not None:
+                heapq.heappush(self.expiring, (row.expires_at, row.id, row.seq))
+        elif row.state is JobState.DELAYED:
+            row.seq += 1
+            heapq.heappush(self.delayed, (row.run_at, row.id, row.seq))
+
+    def insert(self, row: Row) -> None:
+        self.jobs[row.id] = row
+        self.by_state[row.state].add(row.id)
+        counts = self.counts.setdefault(row.queue, dict.fromkeys(JobState, 0))
+        counts[row.state] += 1
+        self._index(row)
+
+    def move(self, row: Row, state: JobState) -> None:
+        old = row.state
+        if old is not state:
+            self.by_state[old].discard(row.id)
+            self.by_state[state].add(row.id)
+            counts = self.counts[row.queue]
+            counts[old] -= 1
+            counts[state] += 1
+            row.state = state
+        self._index(row)
+
+    def remove(self, row: Row) -> None:
+        del self.jobs[row.id]
+        self.by_state[row.state].discard(row.id)
+        self.counts[row.queue][row.state] -= 1
+        if row.idempotency_key is not None:
+            key = self.keys.get(row.idempotency_key)
+            if key is not None and key.job_id == row.id:
+                key.state = row.state
+
+    def live(self, entry_id: str, seq: int, state: JobState) -> Row | None:
+        """The row an index entry points at, if the entry is still current."""
+        row = self.jobs.get(entry_id)
+        if row is None or row.state is not state or row.seq != seq:
+            return None
+        return row
+
+    def clean_waiting(self, heap: list[WaitEntry]) -> None:
+        while heap and self.live(heap[0][2], heap[0][3], JobState.WAITING) is None:
+            heapq.heappop(heap)
+
+    def effective_ttl(self, job_ttl: float | None, queue: str) -> float | None:
+        """The smaller of the job's TTL and its queue's, fixed at enqueue."""
+        info = self.queues.get(queue)
+        queue_ttl = info.ttl if info is not None else None
+        if queue_ttl is None:
+            return job_ttl
+        return queue_ttl if job_ttl is None else min(job_ttl, queue_ttl)
+
+    def pending_count(self, queue: str) -> int:
+        counts = self.counts.get(queue)
+        if counts is None:
+            return 0
+        return counts[JobState.WAITING] + counts[JobState.DELAYED]
+
+    # -- notifications -----------------------------------------------------
+    def notify(
+        self, queues: Iterable[str] = (), *, everyone: bool = False, timer: bool = False
+    ) -> None:
+        """Wake waiters on ``queues`` (or all); ``timer`` makes the others re-check
+        when the next delayed job is due."""
+        wanted = set(queues)
+        if not (wanted or everyone or timer):
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        unheard = set(wanted)
+        for future, listening in list(self.waiters.items()):
+            if future.done():
+                continue
+            work = everyone or not listening.isdisjoint(wanted)
+            if not (work or timer):
+                continue
+            loop = future.get_loop()
+            if loop.is_closed():
+                self.waiters.pop(future, None)
+                continue
+            if work:
+                unheard -= listening
+            if loop is running:
+                _wake(future, work)
+            else:
+                loop.call_soon_threadsafe(_wake, future, work)
+        if not everyone:
+            self.pending.add(unheard)
+
+    def next_due(self) -> float | None:
+        while (
+            self.delayed
+            and self.live(self.delayed[0][1], self.delayed[0][2], JobState.DELAYED) is None
+        ):
+            heapq.heappop(self.delayed)
+        return self.delayed[0][0] if self.delayed else None
+
+
+_STORES: dict[str, Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def store_for(url: str) -> Store:
+    """A fresh store for ``memory://``; the one shared store for ``memory://NAME``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() != "memory":
+        raise ConfigurationError(f"url: {url!r} is not a memory:// URL")
+    name = rest.split("?", 1)[0].strip("/")
+    if not name:
+        return Store()
+    with _STORES_LOCK:
+        store = _STORES.get(name)
+        if store is None:
+            store = _STORES[name] = Store()
+        return store
+
+
+def drop_memory_store(name: str) -> None:
+    """Forget the shared store ``memory://NAME`` (open backends keep their data)."""
+    with _STORES_LOCK:
+        _STORES.pop(name, None)
