@@ -1,12 +1,11 @@
 """The Redis backend: every state change is one Lua script on the server.
 
-- One redis-py asyncio client (hiredis parser) per backend; a cluster client
-  when the URL says ``cluster=true``. Every key of an app shares one hash tag
-  (keys.py), so each script runs on one node, atomically.
+- Connections, error mapping and reconnection: connection.py (one redis-py
+  asyncio client per backend, a cluster client when the URL says
+  ``cluster=true``; scripts on connections of our own, direct.py). Every key of
+  an app shares one hash tag (keys.py), so each script runs on one node,
+  atomically.
 - Times come from the server: scripts read ``TIME`` (G11).
-- Network trouble becomes :class:`BackendUnavailable` within the socket
-  timeouts, never a hang; the connection pool reconnects by itself, and a
-  script the server forgot (restart, failover) is loaded again (scripts.py).
 - ``wait_for_work`` listens on the app's pub/sub channel (wakeup.py).
 
 Layout, persistence and safety: docs/explanation/redis.md.
@@ -15,34 +14,24 @@ Layout, persistence and safety: docs/explanation/redis.md.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import msgpack
-import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import DataError, RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError
 
 from conveyor import serialization
 from conveyor.backends import base
 from conveyor.backends.base import DURATION_BUCKETS
 from conveyor.backends.claims import ClaimKeeper
-from conveyor.backends.redis import decode, records, safety
-from conveyor.backends.redis.connection import FastPackConnection, FastPackSSLConnection
+from conveyor.backends.redis import decode, records
+from conveyor.backends.redis.connection import RedisConnection
 from conveyor.backends.redis.direct import DirectConnections
 from conveyor.backends.redis.keys import Keys
-from conveyor.backends.redis.scripts import ScriptRunner
 from conveyor.backends.redis.url import RedisOptions, parse_url
-from conveyor.backends.redis.wakeup import WakeListener
 from conveyor.backends.rows import worker_from_blob
 from conveyor.errors import (
     BackendError,
@@ -63,9 +52,6 @@ DUE_SLACK = 0.002
 #: At most this many jobs deleted per retention rule in one call (keeps each
 #: script short; the cleaner runs again soon).
 PRUNE_CAP = 20_000
-
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
-
 
 #: From this many jobs, enqueue_jobs builds the Job objects while the script runs.
 _OVERLAP_FROM = 16
@@ -127,181 +113,51 @@ class RedisBackend(base.Backend):
         self.settings = settings
         self.options: RedisOptions = parse_url(url)
         self.keys = Keys.for_prefix(self.options.prefix)
-        self._client: Any = None
-        self._runner: ScriptRunner | None = None
-        #: Scripts' connections on a standalone server (direct.py); None on a cluster.
-        self._direct: DirectConnections | None = None
-        self._wake: WakeListener | None = None
+        self._conn = RedisConnection(self.options, self.keys, repr(self))
         #: Per worker: the connection that pops its inbox (next_handoff); the
         #: workers this backend ended (end_handoffs), and those whose end
         #: marker came.
         self._inboxes: dict[str, DirectConnections] = {}
         self._inboxes_ending: set[str] = set()
         self._inboxes_ended: set[str] = set()
-        self._claims = ClaimKeeper(self.settle_jobs, lambda: self._client is not None)
+        self._claims = ClaimKeeper(self.settle_jobs, lambda: self._conn.client is not None)
         self._open_lock: asyncio.Lock | None = None
 
     def __repr__(self) -> str:
         return f"RedisBackend(prefix={self.options.prefix!r}, cluster={self.options.cluster})"
-
-    # -- connections -----------------------------------------------------------
-    def _client_kwargs(self) -> dict[str, Any]:
-        return {
-            # No socket timeout in redis-py: with one, redis-py 8 on Python 3.11 can
-            # swallow a task's cancellation. Each call is bounded by _errors instead.
-            "socket_timeout": None,
-            "socket_connect_timeout": self.options.connect_timeout,
-            "socket_keepalive": True,
-            # One quick retry on a fresh connection: after a server restart every
-            # pooled connection is dead, and the first use of each would fail.
-            "retry": Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
-            "decode_responses": False,
-        }
-
-    def _connection_class(self) -> type[FastPackConnection | FastPackSSLConnection]:
-        secure = self.options.client_url.startswith("rediss:")
-        return FastPackSSLConnection if secure else FastPackConnection
-
-    def _make_client(self) -> Any:
-        kwargs = self._client_kwargs()
-        kwargs["connection_class"] = self._connection_class()
-        if self.options.cluster:
-            kwargs.pop("retry")
-            return RedisCluster.from_url(self.options.client_url, **kwargs)
-        return aioredis.Redis.from_url(self.options.client_url, **kwargs)
-
-    def _slot_url(self) -> str:
-        """The server that holds the app's keys: on a cluster, the node of the
-        app's slot (same credentials and TLS settings, only the address changes)."""
-        if not self.options.cluster:
-            return self.options.client_url
-        node = self._client.get_node_from_key(self.keys.wake)
-        parts = urlsplit(self.options.client_url)
-        userinfo = parts.netloc.rpartition("@")[0]
-        netloc = f"{userinfo}@{node.host}:{node.port}" if userinfo else f"{node.host}:{node.port}"
-        return urlunsplit((parts.scheme, netloc, "/0", parts.query, ""))
-
-    def _make_listener_client(self) -> Any:
-        # PUBLISH reaches every node of a cluster: subscribe on the slot's node.
-        return aioredis.Redis.from_url(self._slot_url(), **self._client_kwargs())
-
-    def _make_direct(self, url: str) -> DirectConnections:
-        pool = aioredis.ConnectionPool.from_url(
-            url, connection_class=self._connection_class(), **self._client_kwargs()
-        )
-        # The same bound as redis-py's pool (the URL's max_connections, else its
-        # default), which holds the other connections.
-        return DirectConnections(pool.make_connection, pool.max_connections)
-
-    @contextlib.asynccontextmanager
-    async def _errors(self, what: str, blocking: float = 0.0) -> AsyncIterator[None]:
-        """Redis and network errors as conveyor's typed errors; at most
-        ``socket_timeout`` seconds (plus ``blocking``, a blocking command's own
-        timeout), then :class:`BackendUnavailable`."""
-        try:
-            async with asyncio.timeout(self.options.socket_timeout + blocking):
-                yield
-        except _UNAVAILABLE as exc:
-            await self._drop_idle_connections()
-            detail = str(exc) or f"no answer within {self.options.socket_timeout:g}s"
-            raise BackendUnavailable(f"redis: {what} failed: {detail}") from exc
-        except ResponseError as exc:
-            text = str(exc)
-            if "LOADING" in text or "CLUSTERDOWN" in text or "TRYAGAIN" in text:
-                raise BackendUnavailable(f"redis: {what} failed: {exc}") from exc
-            raise BackendError(f"redis: {what} failed: {exc}") from exc
-        except DataError as exc:  # a value redis cannot send: a caller's bug, not an outage
-            raise BackendError(f"redis: {what} failed: {exc}") from exc
-        except RedisError as exc:
-            raise BackendUnavailable(f"redis: {what} failed: {exc}") from exc
-
-    async def _drop_idle_connections(self) -> None:
-        pool = getattr(self._client, "connection_pool", None)
-        if pool is not None:
-            with contextlib.suppress(Exception):
-                await pool.disconnect(inuse_connections=False)
-        if self._direct is not None:
-            await self._direct.drop_idle()
-
-    def _ready(self) -> tuple[Any, ScriptRunner]:
-        if self._client is None or self._runner is None:
-            raise BackendUnavailable(f"{self!r}: the backend is not open")
-        return self._client, self._runner
-
-    async def _run(self, name: str, keys: list[str], argv: list[Any]) -> Any:
-        _, runner = self._ready()
-        async with self._errors(name):
-            return await runner.run(name, keys, argv)
 
     # -- lifecycle ---------------------------------------------------------------
     async def open(self) -> None:
         if self._open_lock is None:
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
-            if self._client is not None:
-                return
-            client = self._make_client()
-            direct = None
-            try:
-                async with self._errors("open"):
-                    await client.ping()
-                    policy = await safety.read_maxmemory_policy(client)
-                    safety.check_maxmemory_policy(
-                        policy, self.options.maxmemory_check, self._where()
-                    )
-                    if not self.options.cluster:
-                        direct = self._make_direct(self.options.client_url)
-                    runner = ScriptRunner(direct or client, self.keys.base)
-                    await runner.load_all()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await client.aclose()
-                if direct is not None:
-                    await direct.close()
-                raise
-            self._client = client
-            self._runner = runner
-            self._direct = direct
-            self._wake = WakeListener(self._make_listener_client, self.keys.wake)
-
-    def _where(self) -> str:
-        netloc = self.options.client_url.split("://", 1)[-1].rsplit("@", 1)[-1]
-        return f"redis {netloc.split('?', 1)[0]} (prefix {self.options.prefix!r})"
+            if self._conn.client is None:
+                await self._conn.open()
 
     async def close(self) -> None:
         await self._claims.wait()  # claims in flight, and releases of orphaned ones
-        wake, self._wake = self._wake, None
-        if wake is not None:
-            await wake.close()
         inboxes, self._inboxes = self._inboxes, {}
         for inbox in inboxes.values():
             await inbox.close()
-        client, self._client = self._client, None
-        self._runner = None
-        direct, self._direct = self._direct, None
-        if direct is not None:
-            await direct.close()
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.aclose()
+        await self._conn.close()
 
     async def now(self) -> float:
-        client, _ = self._ready()
-        async with self._errors("now"):
+        client, _ = self._conn.ready()
+        async with self._conn.errors("now"):
             seconds, micros = await client.time()
         return int(seconds) + int(micros) / 1_000_000
 
     async def ping(self) -> float:
-        client, _ = self._ready()
+        client, _ = self._conn.ready()
         started = time.perf_counter()
-        async with self._errors("ping"):
+        async with self._conn.errors("ping"):
             await client.ping()
         return time.perf_counter() - started
 
     # -- enqueue -------------------------------------------------------------------
     async def enqueue_jobs(self, jobs: Sequence[base.NewJob]) -> list[Job]:
         if not jobs:
-            self._ready()
+            self._conn.ready()
             return []
         argv: list[Any] = [len(jobs)]
         extend = argv.extend
@@ -359,11 +215,11 @@ class RedisBackend(base.Backend):
     async def _enqueue_call(self, keys: list[str], argv: list[Any]) -> Any:
         replicas = self.options.wait_replicas
         if not replicas:
-            return await self._run("enqueue", keys, argv)
-        client, runner = self._ready()
+            return await self._conn.run("enqueue", keys, argv)
+        client, runner = self._conn.ready()
         sha, rest = runner.args("enqueue", keys, argv)
         timeout_ms = max(1, math.ceil(self.options.wait_timeout * 1000))
-        async with self._errors("enqueue"):
+        async with self._conn.errors("enqueue"):
             # One pipeline = one connection: WAIT counts the writes made on it.
             for attempt in (1, 2):
                 pipe = client.pipeline(transaction=False)
@@ -459,22 +315,22 @@ class RedisBackend(base.Backend):
             argv += (task, rate.limit, rate.period)
         k = self.keys
         keys = [k.delayed, k.expiring, k.active, k.done("failed")]
-        return decode.claim_result(await self._run("claim", keys, argv))
+        return decode.claim_result(await self._conn.run("claim", keys, argv))
 
     # -- direct handoff ------------------------------------------------------------
     hands_off = True
 
     async def next_handoff(self, worker_id: str, timeout: float) -> list[base.Handoff] | None:
-        self._ready()
+        self._conn.ready()
         if worker_id in self._inboxes_ended:
             await self._close_inbox(worker_id)
             return None
         inbox = self._inboxes.get(worker_id)
         if inbox is None:
-            inbox = self._inboxes[worker_id] = self._make_direct(self._slot_url())
+            inbox = self._inboxes[worker_id] = self._conn.make_direct(self._conn.slot_url())
         key = self.keys.inbox(worker_id)
         try:
-            async with self._errors("handoff", blocking=timeout):
+            async with self._conn.errors("handoff", blocking=timeout):
                 # The server's clock before the pop, read in the same trip: a
                 # lease that started `at` began no earlier, locally, than
                 # sent + (at - before), the way a claim's lease counts from
@@ -524,19 +380,19 @@ class RedisBackend(base.Backend):
 
     async def end_handoffs(self, worker_id: str, lease: float) -> base.ClaimResult:
         self._inboxes_ending.add(worker_id)
-        packed = await self._run("handoff-end", [self.keys.active], [worker_id, lease])
+        packed = await self._conn.run("handoff-end", [self.keys.active], [worker_id, lease])
         return decode.claim_result(packed)
 
     async def renew_leases(
         self, worker_id: str, leases: Sequence[tuple[str, str]], lease: float
     ) -> base.RenewResult:
         if not leases:
-            self._ready()
+            self._conn.ready()
             return base.RenewResult()
         argv: list[Any] = [lease]
         for job_id, token in leases:
             argv += (job_id, token)
-        renewed, lost, cancel = await self._run("renew", [self.keys.active], argv)
+        renewed, lost, cancel = await self._conn.run("renew", [self.keys.active], argv)
         return base.RenewResult(
             set(decode.text_list(renewed)),
             set(decode.text_list(lost)),
@@ -545,7 +401,7 @@ class RedisBackend(base.Backend):
 
     async def settle_jobs(self, settlements: Sequence[base.Settlement]) -> base.SettleResult:
         if not settlements:
-            self._ready()
+            self._conn.ready()
             return base.SettleResult()
         argv: list[Any] = [len(settlements)]
         extend = argv.extend
@@ -572,7 +428,7 @@ class RedisBackend(base.Backend):
             )
         k = self.keys
         keys = [k.active, k.delayed, k.circuits, k.expiring, k.wake]
-        refused, cancelled, changes = await self._run("settle", keys, argv)
+        refused, cancelled, changes = await self._conn.run("settle", keys, argv)
         return base.SettleResult(
             refused=set(decode.text_list(refused)),
             cancelled=set(decode.text_list(cancelled)),
@@ -589,17 +445,17 @@ class RedisBackend(base.Backend):
 
     async def save_progress(self, items: Sequence[tuple[str, str, bytes]]) -> set[str]:
         if not items:
-            self._ready()
+            self._conn.ready()
             return set()
         argv: list[Any] = []
         for job_id, token, progress in items:
             argv += (job_id, token, progress)
-        refused = await self._run("progress", [self.keys.active], argv)
+        refused = await self._conn.run("progress", [self.keys.active], argv)
         return set(decode.text_list(refused))
 
     async def wait_for_work(self, queues: Sequence[str], timeout: float) -> None:
-        self._ready()
-        wake = self._wake
+        self._conn.ready()
+        wake = self._conn.wake
         if wake is None or timeout <= 0:
             return
         loop = asyncio.get_running_loop()
@@ -648,9 +504,9 @@ class RedisBackend(base.Backend):
         the wait then times out, and the next claim reports the outage)."""
         if not queues:
             return False
-        client, _ = self._ready()
+        client, _ = self._conn.ready()
         try:
-            async with self._errors("wait_for_work"):
+            async with self._conn.errors("wait_for_work"):
                 found = await client.exists(*(self.keys.waiting_tasks(q) for q in queues))
         except BackendUnavailable:
             return False
@@ -658,16 +514,16 @@ class RedisBackend(base.Backend):
 
     async def _next_due(self) -> float | None:
         """Seconds until the next delayed job is due (server clock), or None."""
-        due = await self._run("next-due", [self.keys.delayed], [])
+        due = await self._conn.run("next-due", [self.keys.delayed], [])
         return float(due) if due is not None else None
 
     # -- reads ---------------------------------------------------------------------
     async def get_jobs(self, job_ids: Sequence[str]) -> list[Job]:
-        client, _ = self._ready()
+        client, _ = self._conn.ready()
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return []
-        async with self._errors("get_jobs"):
+        async with self._conn.errors("get_jobs"):
             pipe = client.pipeline(transaction=False)
             for job_id in ids:
                 pipe.hgetall(self.keys.job(job_id))
@@ -702,25 +558,25 @@ class RedisBackend(base.Backend):
     ) -> list[Job]:
         k = self.keys
         argv = ["list", max(0, offset), max(0, limit), *self._filter_args(where)]
-        rows = await self._run("select", [k.all, k.queues], argv)
+        rows = await self._conn.run("select", [k.all, k.queues], argv)
         return decode.jobs_from_hashes(rows)
 
     async def count_jobs(self, where: base.JobFilter) -> int:
         k = self.keys
         argv = ["count", 0, 0, *self._filter_args(where)]
-        return int(await self._run("select", [k.all, k.queues], argv))
+        return int(await self._conn.run("select", [k.all, k.queues], argv))
 
     async def cancel_job(self, job_id: str) -> Job | None:
         k = self.keys
-        row = await self._run("cancel", [k.delayed, k.expiring], [job_id])
+        row = await self._conn.run("cancel", [k.delayed, k.expiring], [job_id])
         return decode.job_from_hash(row) if row else None
 
     async def cancel_requests(self, job_ids: Sequence[str]) -> set[str]:
-        client, _ = self._ready()
+        client, _ = self._conn.ready()
         ids = list(dict.fromkeys(job_ids))
         if not ids:
             return set()
-        async with self._errors("cancel_requests"):
+        async with self._conn.errors("cancel_requests"):
             pipe = client.pipeline(transaction=False)
             for job_id in ids:
                 pipe.hmget(self.keys.job(job_id), "s", "cr")
@@ -733,7 +589,7 @@ class RedisBackend(base.Backend):
 
     async def retry_failed(self, job_id: str, new_id: str) -> Job:
         k = self.keys
-        reply = await self._run("retry", [k.all, k.expiring, k.wake], [job_id, new_id])
+        reply = await self._conn.run("retry", [k.all, k.expiring, k.wake], [job_id, new_id])
         tag = reply[0]
         if tag == b"missing":
             raise JobNotFound(job_id)
@@ -748,17 +604,17 @@ class RedisBackend(base.Backend):
 
     async def delete_jobs(self, job_ids: Sequence[str]) -> int:
         if not job_ids:
-            self._ready()
+            self._conn.ready()
             return 0
-        return int(await self._run("delete", [self.keys.all], list(job_ids)))
+        return int(await self._conn.run("delete", [self.keys.all], list(job_ids)))
 
     async def purge_jobs(self, where: base.JobFilter) -> int:
         k = self.keys
         argv = ["purge", 0, 0, *self._filter_args(where)]
-        return int(await self._run("select", [k.all, k.queues], argv))
+        return int(await self._conn.run("select", [k.all, k.queues], argv))
 
     async def _queue_rows(self) -> list[Any]:
-        rows: list[Any] = await self._run("queues", [self.keys.queues], [])
+        rows: list[Any] = await self._conn.run("queues", [self.keys.queues], [])
         return rows
 
     async def queue_counts(self) -> dict[str, dict[str, int]]:
@@ -777,7 +633,7 @@ class RedisBackend(base.Backend):
     # -- maintenance ---------------------------------------------------------------
     async def recover_stalled(self, max_stalled: int) -> base.StallResult:
         k = self.keys
-        requeued, failed, cancelled = await self._run(
+        requeued, failed, cancelled = await self._conn.run(
             "recover", [k.active, k.expiring, k.wake], [max_stalled]
         )
         return base.StallResult(
@@ -797,16 +653,18 @@ class RedisBackend(base.Backend):
                 len(rule.exclude_tasks),
                 *rule.exclude_tasks,
             )
-        return int(await self._run("prune", [self.keys.all], argv))
+        return int(await self._conn.run("prune", [self.keys.all], argv))
 
     # -- queues --------------------------------------------------------------------
     async def configure_queue(self, name: str, max_size: int | None, ttl: float | None) -> None:
         k = self.keys
-        await self._run("configure", [k.queues, k.wake], [name, _opt(max_size), _float_text(ttl)])
+        await self._conn.run(
+            "configure", [k.queues, k.wake], [name, _opt(max_size), _float_text(ttl)]
+        )
 
     async def set_queue_paused(self, name: str, paused: bool) -> None:
         k = self.keys
-        await self._run("pause", [k.queues, k.wake], [name, 1 if paused else 0])
+        await self._conn.run("pause", [k.queues, k.wake], [name, 1 if paused else 0])
 
     async def list_queues(self) -> list[base.QueueInfo]:
         out: list[base.QueueInfo] = []
@@ -826,8 +684,8 @@ class RedisBackend(base.Backend):
 
     # -- circuits ------------------------------------------------------------------
     async def list_circuits(self) -> list[base.CircuitInfo]:
-        client, _ = self._ready()
-        async with self._errors("list_circuits"):
+        client, _ = self._conn.ready()
+        async with self._conn.errors("list_circuits"):
             tasks = sorted(m.decode() for m in await client.smembers(self.keys.circuits))
             pipe = client.pipeline(transaction=False)
             for task in tasks:
@@ -842,20 +700,20 @@ class RedisBackend(base.Backend):
 
     async def reset_circuit(self, task: str) -> None:
         k = self.keys
-        await self._run("circuit-reset", [k.circuits, k.wake], [task])
+        await self._conn.run("circuit-reset", [k.circuits, k.wake], [task])
 
     # -- heartbeats ----------------------------------------------------------------
     async def record_heartbeat(self, worker: base.WorkerInfo) -> None:
         info = worker.to_dict()
         info.pop("last_seen", None)
         k = self.keys
-        await self._run(
+        await self._conn.run(
             "heartbeat", [k.workers, k.workers_seen], [worker.id, serialization.dumps(info)]
         )
 
     async def list_workers(self) -> list[base.WorkerInfo]:
-        client, _ = self._ready()
-        async with self._errors("list_workers"):
+        client, _ = self._conn.ready()
+        async with self._conn.errors("list_workers"):
             pipe = client.pipeline(transaction=False)
             pipe.hgetall(self.keys.workers)
             pipe.zrange(self.keys.workers_seen, 0, -1, withscores=True)
@@ -868,18 +726,20 @@ class RedisBackend(base.Backend):
 
     async def remove_worker(self, worker_id: str) -> None:
         k = self.keys
-        await self._run("forget-workers", [k.workers, k.workers_seen], ["", worker_id])
+        await self._conn.run("forget-workers", [k.workers, k.workers_seen], ["", worker_id])
 
     async def prune_workers(self, older_than: float) -> int:
         k = self.keys
-        return int(await self._run("forget-workers", [k.workers, k.workers_seen], [older_than, ""]))
+        return int(
+            await self._conn.run("forget-workers", [k.workers, k.workers_seen], [older_than, ""])
+        )
 
     # -- schedules -----------------------------------------------------------------
     async def sync_schedules(
         self, specs: Sequence[base.ScheduleSpec], first_fires: Mapping[str, float | None]
     ) -> list[base.ScheduleRecord]:
         if not specs:
-            self._ready()
+            self._conn.ready()
             return []
         argv: list[Any] = []
         for spec in specs:
@@ -891,11 +751,11 @@ class RedisBackend(base.Backend):
                 _float_text(spec.every),
                 _float_text(first_fires.get(spec.name)),
             )
-        rows = await self._run("schedule-sync", [self.keys.schedules], argv)
+        rows = await self._conn.run("schedule-sync", [self.keys.schedules], argv)
         return [records.schedule_from_hash(row) for row in rows]
 
     async def list_schedules(self) -> list[base.ScheduleRecord]:
-        rows = await self._run("schedule-read", [self.keys.schedules], ["list"])
+        rows = await self._conn.run("schedule-read", [self.keys.schedules], ["list"])
         return sorted((records.schedule_from_hash(row) for row in rows), key=lambda r: r.name)
 
     async def update_schedule(
@@ -916,26 +776,26 @@ class RedisBackend(base.Backend):
             "1" if reschedule else "0",
             _float_text(next_fire_at),
         ]
-        row = await self._run("schedule-update", [self.keys.schedules], argv)
+        row = await self._conn.run("schedule-update", [self.keys.schedules], argv)
         return records.schedule_from_hash(row) if row else None
 
     async def advance_schedule(
         self, name: str, fired_at: float, next_fire_at: float | None, *, fired: bool = True
     ) -> bool:
         argv = [name, _float_text(fired_at), _float_text(next_fire_at), "1" if fired else "0"]
-        return bool(await self._run("schedule-advance", [self.keys.schedules], argv))
+        return bool(await self._conn.run("schedule-advance", [self.keys.schedules], argv))
 
     async def delete_schedules(self, names: Sequence[str]) -> int:
         if not names:
-            self._ready()
+            self._conn.ready()
             return 0
         argv = ["delete", *dict.fromkeys(names)]
-        return int(await self._run("schedule-read", [self.keys.schedules], argv))
+        return int(await self._conn.run("schedule-read", [self.keys.schedules], argv))
 
     # -- job statistics ------------------------------------------------------------
     async def record_job_stats(self, stats: Sequence[base.JobStat]) -> None:
         if not stats:
-            self._ready()
+            self._conn.ready()
             return
         argv: list[Any] = [len(DURATION_BUCKETS)]
         for stat in stats:
@@ -943,16 +803,16 @@ class RedisBackend(base.Backend):
             argv += (stat.task, stat.queue, stat.status, stat.count, repr(stat.duration_sum))
             argv += buckets[: len(DURATION_BUCKETS)]
         k = self.keys
-        await self._run("stats-record", [k.stats, k.stat_minutes], argv)
+        await self._conn.run("stats-record", [k.stats, k.stat_minutes], argv)
 
     async def job_stat_totals(self) -> list[base.JobStat]:
         k = self.keys
-        flat = await self._run("stats-read", [k.stats, k.stat_minutes], ["totals", 0])
+        flat = await self._conn.run("stats-read", [k.stats, k.stat_minutes], ["totals", 0])
         return sorted(records.stats_from_hash(flat, 0.0), key=records.stat_order)
 
     async def job_stat_series(self, since: float) -> list[base.JobStat]:
         k = self.keys
-        minutes = await self._run(
+        minutes = await self._conn.run(
             "stats-read", [k.stats, k.stat_minutes], ["series", _float_text(since)]
         )
         out: list[base.JobStat] = []
@@ -962,4 +822,6 @@ class RedisBackend(base.Backend):
 
     async def prune_job_stats(self, older_than: float) -> int:
         k = self.keys
-        return int(await self._run("stats-read", [k.stats, k.stat_minutes], ["prune", older_than]))
+        return int(
+            await self._conn.run("stats-read", [k.stats, k.stat_minutes], ["prune", older_than])
+        )
