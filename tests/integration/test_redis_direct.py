@@ -141,8 +141,9 @@ async def test_the_backend_bounds_them_like_redis_py(
         batches = [[new_job()] for _ in range(5)]
         enqueued = await asyncio.gather(*(backend.enqueue_jobs(b) for b in batches))
         assert sorted(j[0].id for j in enqueued) == sorted(b[0].id for b in batches)
-        assert backend._direct is not None
-        assert len(backend._direct._idle) == min(limit, 5)
+        direct = backend._conn.direct
+        assert direct is not None
+        assert len(direct._idle) == min(limit, 5)
     finally:
         await backend.close()
         await delete_prefix(redis_url, prefix)

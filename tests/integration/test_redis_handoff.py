@@ -242,7 +242,7 @@ async def test_end_handoffs_returns_the_jobs_not_popped_and_ends_the_pop(
     left = await backend.end_handoffs(WORKER, 30.0)
     assert [j.id for j in left.jobs] == [j.id for j in jobs]
     assert await backend.next_handoff(WORKER, 1.0) is None
-    assert WORKER not in backend._inboxes  # and gives it back when it ends
+    assert WORKER not in backend._handoffs.inboxes  # and gives it back when it ends
     after = _jobs(1)
     await backend.enqueue_jobs(after)  # no longer registered: it waits
     assert (await backend.get_jobs([after[0].id]))[0].state is JobState.WAITING

@@ -1,0 +1,205 @@
+"""Enqueue: one ``enqueue-5.lua`` call per batch (idempotency keys and queue
+bounds are checked by the script, atomically), plus ``WAIT`` in the same
+pipeline when the URL asks for replica acknowledgements.
+
+The returned :class:`Job` values are built here from what was sent; the reply
+adds only the server's clock, and for the few jobs whose options changed them,
+their state, due time and TTL. From ``OVERLAP_FROM`` jobs that building runs
+while the server runs the script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+from redis.exceptions import ResponseError
+
+from conveyor import serialization
+from conveyor.backends import base
+from conveyor.backends.redis import decode
+from conveyor.backends.redis.connection import RedisConnection
+from conveyor.backends.redis.encode import opt
+from conveyor.errors import BackendError, NotReplicated, QueueFull
+from conveyor.job import Job, JobState
+
+#: From this many jobs, enqueue_jobs builds the Job objects while the script runs.
+OVERLAP_FROM = 16
+
+
+def _retrieve(call: asyncio.Future[Any]) -> None:
+    """Consume the outcome of a call whose caller went away (no "never retrieved")."""
+    if not call.cancelled():
+        call.exception()
+
+
+def _enqueue_options(new: base.NewJob) -> bytes:
+    """The enqueue script's last argument for ``new``: empty when every option
+    it holds has its default (most jobs), else those options, MessagePack."""
+    if (
+        new.priority == 0
+        and new.delay == 0
+        and new.run_at is None
+        and new.ttl is None
+        and new.idempotency_key is None
+        and new.tenant is None
+        and new.metadata is None
+        and new.retry_of is None
+    ):
+        return b""
+    packed: bytes = msgpack.packb(
+        [
+            new.priority,
+            new.delay,
+            None if new.run_at is None else float(new.run_at),
+            None if new.ttl is None else float(new.ttl),
+            new.idempotency_key,
+            float(new.idempotency_ttl),
+            new.tenant,
+            new.metadata,
+            new.retry_of,
+        ],
+        use_bin_type=False,  # the server's cmsgpack reads no bin type: bytes go as str
+    )
+    return packed
+
+
+async def enqueue_jobs(conn: RedisConnection, jobs: Sequence[base.NewJob]) -> list[Job]:
+    if not jobs:
+        conn.ready()
+        return []
+    argv: list[Any] = [len(jobs)]
+    extend = argv.extend
+    for new in jobs:
+        extend(
+            (
+                new.id,
+                new.task,
+                new.queue,
+                new.payload,
+                new.max_attempts,
+                opt(new.timeout),
+                _enqueue_options(new),
+            )
+        )
+    k = conn.keys
+    keys = [k.all, k.delayed, k.expiring, k.queues, k.wake]
+    if len(jobs) < OVERLAP_FROM:
+        # A few jobs: sent at once, built after (a task to overlap them costs more).
+        reply = await _enqueue_call(conn, keys, argv)
+        built = [_new_job(new) for new in jobs]
+    else:
+        call = asyncio.ensure_future(_enqueue_call(conn, keys, argv))
+        try:
+            # Build the Job objects while the server runs the script: only the
+            # server's clock is missing from most of them.
+            await asyncio.sleep(0)
+            built = [_new_job(new) for new in jobs]
+            reply = await asyncio.shield(call)
+        except asyncio.CancelledError:
+            call.add_done_callback(_retrieve)
+            raise
+    tag = reply[0]
+    if tag == b"full":
+        raise QueueFull(reply[1].decode(), int(reply[2]))
+    if tag == b"exists":
+        raise BackendError(f"a job with id {reply[1].decode()!r} already exists")
+    now = float(reply[1])
+    out = []
+    for job, item in zip(built, reply[2:], strict=True):
+        if item == b"n":  # waiting, due now, no TTL
+            job.run_at = job.created_at = now
+        elif item[0] == b"n":
+            _, state, run_at, ttl, expires_at = item
+            job.state = JobState.WAITING if state == b"waiting" else JobState.DELAYED
+            job.run_at = float(run_at)
+            job.created_at = now
+            job.ttl = float(ttl) if ttl else None
+            job.expires_at = float(expires_at) if expires_at else None
+        else:
+            job = _duplicate(item)
+        out.append(job)
+    return out
+
+
+async def _enqueue_call(conn: RedisConnection, keys: list[str], argv: list[Any]) -> Any:
+    replicas = conn.options.wait_replicas
+    if not replicas:
+        return await conn.run("enqueue", keys, argv)
+    client, runner = conn.ready()
+    sha, rest = runner.args("enqueue", keys, argv)
+    timeout_ms = max(1, math.ceil(conn.options.wait_timeout * 1000))
+    async with conn.errors("enqueue"):
+        # One pipeline = one connection: WAIT counts the writes made on it.
+        for attempt in (1, 2):
+            pipe = client.pipeline(transaction=False)
+            pipe.evalsha(sha, *rest)
+            pipe.execute_command("WAIT", replicas, timeout_ms)
+            reply, acked = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, ResponseError) and "NOSCRIPT" in str(reply) and attempt == 1:
+                await runner.load_all()
+                continue
+            break
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(acked, Exception):
+            raise acked
+    if reply[0] == b"ok" and int(acked) < replicas:
+        raise NotReplicated(
+            f"redis: the enqueue reached {int(acked)} of {replicas} replica(s) within "
+            f"{conn.options.wait_timeout:g}s; the jobs are on the primary but could be "
+            "lost if it fails now",
+            acknowledged=int(acked),
+            required=replicas,
+        )
+    return reply
+
+
+def _duplicate(item: Any) -> Job:
+    """The job a live idempotency key points at (``d``), or what the key
+    remembers of a job retention deleted (``g``)."""
+    if item[0] == b"d":
+        return decode.job_from_hash(item[1], duplicate=True)
+    state = item[4].decode() or JobState.COMPLETED.value
+    return Job(
+        id=item[1].decode(),
+        task=item[2].decode(),
+        queue=item[3].decode(),
+        state=JobState(state),
+        idempotency_key=item[5].decode(),
+        duplicate=True,
+    )
+
+
+def _new_job(new: base.NewJob) -> Job:
+    """A waiting Job for ``new``; the caller fills in the server's times."""
+    try:
+        payload = serialization.loads(new.payload)
+        problem = None
+    except ValueError as exc:
+        payload, problem = None, f"stored payload is not valid JSON: {exc}"
+    metadata: dict[str, Any] = {}
+    if new.metadata is not None:
+        try:
+            loaded = serialization.loads(new.metadata)
+            metadata = loaded if isinstance(loaded, dict) else {}
+        except ValueError as exc:
+            problem = problem or f"stored metadata is not valid JSON: {exc}"
+    return Job(
+        id=new.id,
+        task=new.task,
+        queue=new.queue,
+        payload=payload,
+        state=JobState.WAITING,
+        priority=new.priority,
+        max_attempts=new.max_attempts,
+        timeout=new.timeout,
+        idempotency_key=new.idempotency_key,
+        tenant=new.tenant,
+        metadata=metadata,
+        retry_of=new.retry_of,
+        decode_error=problem,
+    )

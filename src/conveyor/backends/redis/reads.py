@@ -1,0 +1,91 @@
+"""Reads: jobs by id (one pipeline), filtered lists and counts (``select-2.lua``),
+and the per-queue summary (``queues-1.lua``) behind queue counts, the oldest
+waiting job and the queue list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from conveyor.backends import base
+from conveyor.backends.redis import decode
+from conveyor.backends.redis.connection import RedisConnection
+from conveyor.backends.redis.encode import filter_args
+from conveyor.job import Job, JobState
+
+
+async def get_jobs(conn: RedisConnection, job_ids: Sequence[str]) -> list[Job]:
+    client, _ = conn.ready()
+    ids = list(dict.fromkeys(job_ids))
+    if not ids:
+        return []
+    keys = conn.keys
+    async with conn.errors("get_jobs"):
+        pipe = client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(keys.job(job_id))
+            pipe.get(keys.payload(job_id))
+        replies = await pipe.execute()
+    out: list[Job] = []
+    for i, job_id in enumerate(ids):
+        row, payload = replies[2 * i], replies[2 * i + 1]
+        if row:
+            flat: list[Any] = [b"id", job_id.encode(), b"p", payload]
+            for field, value in row.items():
+                flat += (field, value)
+            out.append(decode.job_from_hash(flat))
+    return out
+
+
+async def list_jobs(
+    conn: RedisConnection, where: base.JobFilter, limit: int, offset: int
+) -> list[Job]:
+    k = conn.keys
+    argv = ["list", max(0, offset), max(0, limit), *filter_args(where)]
+    rows = await conn.run("select", [k.all, k.queues], argv)
+    return decode.jobs_from_hashes(rows)
+
+
+async def count_jobs(conn: RedisConnection, where: base.JobFilter) -> int:
+    k = conn.keys
+    argv = ["count", 0, 0, *filter_args(where)]
+    return int(await conn.run("select", [k.all, k.queues], argv))
+
+
+async def _queue_rows(conn: RedisConnection) -> list[Any]:
+    """Per queue: name, configured, paused, max_size, ttl, counts by state, oldest waiting."""
+    rows: list[Any] = await conn.run("queues", [conn.keys.queues], [])
+    return rows
+
+
+async def queue_counts(conn: RedisConnection) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for name, configured, _, _, _, counts, _ in await _queue_rows(conn):
+        by_state = {state.value: 0 for state in JobState}
+        for field, value in decode.as_dict(counts).items():
+            by_state[field.decode()] = int(value)
+        if configured or any(by_state.values()):
+            out[name.decode()] = by_state
+    return dict(sorted(out.items()))
+
+
+async def oldest_waiting(conn: RedisConnection) -> dict[str, float]:
+    return {row[0].decode(): float(row[6]) for row in await _queue_rows(conn) if row[6]}
+
+
+async def list_queues(conn: RedisConnection) -> list[base.QueueInfo]:
+    out: list[base.QueueInfo] = []
+    for name, configured, paused, max_size, ttl, counts, _ in await _queue_rows(conn):
+        has_jobs = any(int(v) for v in decode.as_dict(counts).values())
+        if not (configured or has_jobs):
+            continue
+        out.append(
+            base.QueueInfo(
+                name=name.decode(),
+                paused=paused == b"1",
+                max_size=int(max_size) if max_size else None,
+                ttl=float(ttl) if ttl else None,
+            )
+        )
+    return sorted(out, key=lambda q: q.name)
