@@ -107,8 +107,8 @@ def test_promotion_and_expiry_are_index_searches(tmp_path: Path) -> None:
 
 
 def test_listing_walks_the_primary_key_newest_first_without_a_sort(tmp_path: Path) -> None:
-    from conveyor.backends.sqlite.reads import filter_params
     from conveyor.backends.sqlite.migrate import load_schema
+    from conveyor.backends.sqlite.reads import filter_params
 
     db = sqlite3.connect(tmp_path / "list.db")
     for statement in load_schema():
