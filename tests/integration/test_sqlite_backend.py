@@ -76,6 +76,26 @@ async def test_a_held_write_lock_becomes_backend_unavailable(tmp_path: Path) -> 
         await backend.close()
 
 
+async def test_the_writer_and_the_reader_run_the_blocks_of_pragmas_sql(tmp_path: Path) -> None:
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/p.db?synchronous=full")
+    names = ("journal_mode", "synchronous", "temp_store", "cache_size", "mmap_size")
+    names += ("journal_size_limit", "wal_autocheckpoint")
+
+    def settings(conn: sqlite3.Connection) -> tuple[object, ...]:
+        return tuple(conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names)
+
+    await backend.open()
+    try:
+        writer = await backend._writer.call(settings)
+        reader = await backend._reader.call(settings)
+    finally:
+        await backend.close()
+    # FULL is 2, MEMORY is 2; only the writer gets writer_tuning (the reader
+    # keeps SQLite's default automatic checkpoint of 1,000 pages).
+    assert writer == ("wal", 2, 2, -4096, 0, 67108864, 4000)
+    assert reader == ("wal", 2, 2, -2048, 0, 67108864, 1000)
+
+
 async def test_closed_backend_is_unavailable(tmp_path: Path) -> None:
     backend = SQLiteBackend(f"sqlite:///{tmp_path}/c.db")
     with pytest.raises(BackendUnavailable):
