@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conveyor.backends.base import ClaimRequest, JobFilter, NewJob, Outcome, Settlement
-from conveyor.backends.sqlite import SQLiteBackend, checkpoint, ops
-from conveyor.backends.sqlite.queries import Q
+from conveyor.backends.sqlite import SQLiteBackend, checkpoint, enqueue
+from conveyor.backends.sqlite.queries import INLINE_MAX, Q
 from conveyor.errors import BackendUnavailable, ConfigurationError
 from conveyor.ids import new_id
 from conveyor.job import ErrorInfo, Job, JobState
@@ -76,6 +76,26 @@ async def test_a_held_write_lock_becomes_backend_unavailable(tmp_path: Path) -> 
         await backend.close()
 
 
+async def test_the_writer_and_the_reader_run_the_blocks_of_pragmas_sql(tmp_path: Path) -> None:
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/p.db?synchronous=full")
+    names = ("journal_mode", "synchronous", "temp_store", "cache_size", "mmap_size")
+    names += ("journal_size_limit", "wal_autocheckpoint")
+
+    def settings(conn: sqlite3.Connection) -> tuple[object, ...]:
+        return tuple(conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names)
+
+    await backend.open()
+    try:
+        writer = await backend._writer.call(settings)
+        reader = await backend._reader.call(settings)
+    finally:
+        await backend.close()
+    # FULL is 2, MEMORY is 2; only the writer gets writer_tuning (the reader
+    # keeps SQLite's default automatic checkpoint of 1,000 pages).
+    assert writer == ("wal", 2, 2, -4096, 0, 67108864, 4000)
+    assert reader == ("wal", 2, 2, -2048, 0, 67108864, 1000)
+
+
 async def test_closed_backend_is_unavailable(tmp_path: Path) -> None:
     backend = SQLiteBackend(f"sqlite:///{tmp_path}/c.db")
     with pytest.raises(BackendUnavailable):
@@ -107,14 +127,14 @@ def test_promotion_and_expiry_are_index_searches(tmp_path: Path) -> None:
 
 
 def test_listing_walks_the_primary_key_newest_first_without_a_sort(tmp_path: Path) -> None:
-    from conveyor.backends.sqlite.admin import _filter
     from conveyor.backends.sqlite.migrate import load_schema
+    from conveyor.backends.sqlite.reads import filter_params
 
     db = sqlite3.connect(tmp_path / "list.db")
     for statement in load_schema():
         db.execute(statement)
     for where in (JobFilter(), JobFilter(states=[JobState.COMPLETED]), JobFilter(tenant="t")):
-        params = {**_filter(where), "limit": 10, "offset": 0}
+        params = {**filter_params(where), "limit": 10, "offset": 0}
         plan = " ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + Q.list_jobs, params))
         assert "SCAN jobs USING INDEX sqlite_autoindex_jobs_1" in plan, plan
         assert "TEMP B-TREE" not in plan, plan
@@ -211,7 +231,7 @@ async def test_mixed_outcomes_repeated_ids_and_big_results_in_one_batch(tmp_path
     try:
         a, b, c, d = await _claimed(backend, 4)
         await backend.cancel_job(c.id)  # a cancel request wins over the retry below
-        big = b'"' + b"x" * (ops.INLINE_MAX + 10) + b'"'
+        big = b'"' + b"x" * (INLINE_MAX + 10) + b'"'
         error = ErrorInfo("Boom", "no", attempt=1)
         result = await backend.settle_jobs(
             [
@@ -229,7 +249,7 @@ async def test_mixed_outcomes_repeated_ids_and_big_results_in_one_batch(tmp_path
         assert got[b.id].state is JobState.DELAYED
         assert got[b.id].errors[-1].type == "Boom"
         assert got[c.id].state is JobState.CANCELLED
-        assert got[d.id].result == "x" * (ops.INLINE_MAX + 10)
+        assert got[d.id].result == "x" * (INLINE_MAX + 10)
 
         (e,) = await _claimed(backend, 1)
         token = e.lease_token or ""
@@ -284,8 +304,8 @@ async def test_a_run_of_plain_jobs_stores_every_payload_byte_for_byte(tmp_path: 
         b'  [1, 2.50, 1e400, "spaces kept"]  ',
         b"\xff\xfe not utf-8",  # corrupt: stored as given, decoded as an error
         b'{"nul": "\x00"}',
-        b'"' + b"y" * (ops.INLINE_MAX + 1) + b'"',
-        *(f'{{"i": {i}}}'.encode() for i in range(ops.RUN_MIN)),
+        b'"' + b"y" * (INLINE_MAX + 1) + b'"',
+        *(f'{{"i": {i}}}'.encode() for i in range(enqueue.RUN_MIN)),
     ]
     jobs = [NewJob(id=new_id(), task="t", queue="q", payload=p, max_attempts=5) for p in payloads]
     jobs.append(NewJob(id=new_id(), task="t", queue="q", payload=b"{}", timeout=3.0))

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, NoReturn
+from typing import Any, LiteralString, NoReturn
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from conveyor.backends.postgres.enqueue import queue_full
 from conveyor.backends.postgres.url import PostgresOptions
-from conveyor.errors import BackendError, BackendUnavailable
+from conveyor.errors import BackendError, BackendUnavailable, QueueFull
 
 #: Errors that mean "the server cannot be reached right now".
 UNAVAILABLE: tuple[type[Exception], ...] = (
@@ -44,6 +43,21 @@ Conn = asyncpg.Connection | PoolConnectionProxy
 #: Settings for every pooled connection: no JIT (it only adds latency to these
 #: short statements), and a name that shows in pg_stat_activity.
 SERVER_SETTINGS = {"jit": "off", "application_name": "conveyor"}
+
+
+#: The SQLSTATE the enqueue function raises for a full queue (detail: queue, hint: max_size).
+QUEUE_FULL = "CVQFL"
+
+
+def queue_full(sqlstate: str | None, detail: str | None, hint: str | None) -> QueueFull | None:
+    """The typed error for the enqueue function's full-queue exception, else None."""
+    if sqlstate != QUEUE_FULL:
+        return None
+    try:
+        max_size = int(hint or 0)
+    except ValueError:
+        max_size = 0
+    return QueueFull(detail or "", max_size)
 
 
 def raise_typed(exc: BaseException, what: str) -> NoReturn:
@@ -72,7 +86,7 @@ class Pool:
     def __init__(self, options: PostgresOptions) -> None:
         self.options = options
         self._pool: asyncpg.Pool | None = None
-        self.warm_up: list[str] = []
+        self.warm_up: list[LiteralString] = []
         """Statements each new connection runs once (set after migrating)."""
 
     async def warm(self, conn: Conn) -> None:
@@ -148,15 +162,15 @@ class Pool:
                 raise_typed(exc, what)
             raise
 
-    async def fetch(self, what: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+    async def fetch(self, what: str, sql: LiteralString, *args: Any) -> list[asyncpg.Record]:
         async with self.acquire(what) as conn:
             rows: list[asyncpg.Record] = await conn.fetch(sql, *args)
             return rows
 
-    async def fetchval(self, what: str, sql: str, *args: Any) -> Any:
+    async def fetchval(self, what: str, sql: LiteralString, *args: Any) -> Any:
         async with self.acquire(what) as conn:
             return await conn.fetchval(sql, *args)
 
-    async def execute(self, what: str, sql: str, *args: Any) -> None:
+    async def execute(self, what: str, sql: LiteralString, *args: Any) -> None:
         async with self.acquire(what) as conn:
             await conn.execute(sql, *args)

@@ -1,4 +1,5 @@
-"""Enqueue: one call of the schema's ``enqueue`` function per batch.
+"""enqueue_jobs: one call of the schema's ``enqueue`` function per batch (or
+of ``enqueue_plain``, for a batch of plain jobs alike but for id and payload).
 
 :func:`arguments` turns a batch into the function's 15 array parameters (an
 option no job of the batch uses is sent as one NULL, not a list of them);
@@ -7,7 +8,8 @@ server's clock and the queues' TTLs the call reported, exactly as the
 function computed them (same float arithmetic), so no row is read back.
 
 The same two halves serve the pool and a caller's own connection
-(transactional enqueue, see transactional.py).
+(transactional enqueue, see transactional.py); :func:`run_on_asyncpg` runs
+them on an asyncpg connection, the pool's or the caller's.
 """
 
 from __future__ import annotations
@@ -17,14 +19,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from conveyor.backends.base import NewJob
-from conveyor.backends.postgres.decode import STATES
+from conveyor.backends.postgres.connection import DRIVER_ERRORS, Conn, Pool, raise_typed
+from conveyor.backends.postgres.decode import STATES, job_from_row
+from conveyor.backends.postgres.queries import Queries
 from conveyor.backends.rows import decode_fields
-from conveyor.errors import QueueFull
 from conveyor.job import Job, JobState
 from conveyor.serialization import loads
-
-#: The SQLSTATE the enqueue function raises for a full queue (detail: queue, hint: max_size).
-QUEUE_FULL = "CVQFL"
 
 
 @dataclass(slots=True)
@@ -152,7 +152,7 @@ class Reply:
     """0-based index in ``Batch.sent`` -> (job id, task, queue, final state) of the key."""
 
 
-def read_reply(rows: Sequence[Sequence[Any]]) -> Reply:
+def read_reply(rows: Sequence[Any]) -> Reply:  # asyncpg Records or psycopg tuples
     now = 0.0
     ttls: dict[str, float] = {}
     duplicates: dict[int, tuple[str, str, str, str | None]] = {}
@@ -164,17 +164,6 @@ def read_reply(rows: Sequence[Sequence[Any]]) -> Reply:
         elif kind == "dup":
             duplicates[ordinal - 1] = (job_id, task, queue, state)
     return Reply(now, ttls, duplicates)
-
-
-def queue_full(sqlstate: str | None, detail: str | None, hint: str | None) -> QueueFull | None:
-    """The typed error for the enqueue function's full-queue exception, else None."""
-    if sqlstate != QUEUE_FULL:
-        return None
-    try:
-        max_size = int(hint or 0)
-    except ValueError:
-        max_size = 0
-    return QueueFull(detail or "", max_size)
 
 
 def build_jobs(batch: Batch, reply: Reply, existing: dict[str, Job]) -> list[Job]:
@@ -230,3 +219,32 @@ def _new_job(nj: NewJob, now: float, queue_ttl: float | None) -> Job:
         None, None, None, 0, None, None, None, [], None, nj.idempotency_key, nj.tenant,
         metadata, None, nj.retry_of, False, False, problem,
     )  # fmt: skip
+
+
+async def enqueue_jobs(pool: Pool, q: Queries, jobs: Sequence[NewJob]) -> list[Job]:
+    """``jobs`` on a pooled connection (committed when the call returns)."""
+    async with pool.acquire("enqueue") as conn:
+        return await run_on_asyncpg(conn, q, jobs)
+
+
+async def run_on_asyncpg(connection: Conn, q: Queries, jobs: Sequence[NewJob]) -> list[Job]:
+    """One ``enqueue_plain`` call when the batch allows it, else one ``enqueue``
+    call (plus one read of the stored duplicates, when keys matched any)."""
+    plain = plain_arguments(jobs)
+    if plain is not None:
+        try:
+            rows = await connection.fetch(q.enqueue_plain, *plain)
+        except DRIVER_ERRORS as exc:
+            raise_typed(exc, "enqueue")
+        return build_plain_jobs(jobs, rows[0][0], rows[0][1])
+    batch = split(jobs)
+    try:
+        reply = read_reply(await connection.fetch(q.enqueue, *batch.arguments()))
+        existing: dict[str, Job] = {}
+        if reply.duplicates:
+            ids = [dup[0] for dup in reply.duplicates.values()]
+            rows = await connection.fetch(q.jobs_by_ids, ids)
+            existing = {row[0]: job_from_row(row) for row in rows}
+    except DRIVER_ERRORS as exc:
+        raise_typed(exc, "enqueue")
+    return build_jobs(batch, reply, existing)

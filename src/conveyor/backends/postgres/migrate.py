@@ -4,7 +4,8 @@
 first takes ``pg_advisory_xact_lock`` on the schema's name: many workers
 starting at once against a fresh database serialise there, and every one but
 the first finds nothing left to do. DDL is transactional in PostgreSQL, so a
-migration that fails leaves the schema exactly as it was.
+migration that fails leaves the schema exactly as it was. The statements
+around the migrations (lock, bookkeeping table) are named blocks of migrate.sql.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 from conveyor.backends.postgres.connection import Conn
-from conveyor.backends.postgres.queries import substitute
+from conveyor.backends.postgres.queries import migration_queries, substitute
 from conveyor.errors import BackendError
 
 _PACKAGE = "conveyor.backends.postgres"
@@ -59,15 +60,17 @@ LATEST = len(load_migrations())
 
 
 def _table(schema: str) -> str:
+    """The bookkeeping table's name, as a value for ``to_regclass``."""
     return f'"{schema}".schema_migrations'
 
 
 async def current_version(conn: Conn, schema: str) -> int:
     """The schema's version; 0 when it has no conveyor tables yet."""
-    exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", _table(schema))
+    mq = migration_queries(schema)
+    exists = await conn.fetchval(mq.migrations_table_exists, _table(schema))
     if not exists:
         return 0
-    version = await conn.fetchval(f"SELECT max(version) FROM {_table(schema)}")
+    version = await conn.fetchval(mq.current_version)
     return int(version or 0)
 
 
@@ -76,15 +79,11 @@ async def migrate(conn: Conn, schema: str, channel: str) -> MigrationReport:
     before = await current_version(conn, schema)
     if before == LATEST:
         return MigrationReport(before, before)
+    mq = migration_queries(schema)
     async with conn.transaction():
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"conveyor.migrate.{schema}"
-        )
-        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-        await conn.execute(
-            f"CREATE TABLE IF NOT EXISTS {_table(schema)} ("
-            "version integer PRIMARY KEY, name text NOT NULL, applied_at float8 NOT NULL)"
-        )
+        await conn.execute(mq.lock_schema, f"conveyor.migrate.{schema}")
+        await conn.execute(mq.create_schema)
+        await conn.execute(mq.create_migrations_table)
         before = await current_version(conn, schema)  # re-read under the lock
         if before > LATEST:
             raise BackendError(
@@ -96,12 +95,7 @@ async def migrate(conn: Conn, schema: str, channel: str) -> MigrationReport:
             if migration.version <= before:
                 continue
             await conn.execute(substitute(migration.script, schema, channel))
-            await conn.execute(
-                f"INSERT INTO {_table(schema)} (version, name, applied_at) "
-                "VALUES ($1, $2, extract(epoch FROM clock_timestamp()))",
-                migration.version,
-                migration.name,
-            )
+            await conn.execute(mq.record_migration, migration.version, migration.name)
             report.applied.append(migration.name)
             report.after = migration.version
     return report

@@ -1,8 +1,9 @@
 """Running the enqueue function on a given connection: the pool's, or the
 caller's own (transactional enqueue).
 
-asyncpg connections run ``queries.enqueue`` as it is; psycopg 3 async
-connections get the same statement with ``%s`` placeholders. Either way the
+asyncpg connections run exactly what the pool's connections run
+(enqueue.run_on_asyncpg); psycopg 3 async connections get the ``enqueue``
+statement with ``%s`` placeholders. Either way the
 insert happens inside whatever transaction the connection has open, so the
 jobs commit or roll back with the caller's data, and the NOTIFY that wakes
 workers is delivered only at commit.
@@ -19,7 +20,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from conveyor.backends.base import NewJob
 from conveyor.backends.postgres import enqueue as enq
-from conveyor.backends.postgres.connection import DRIVER_ERRORS, raise_typed
+from conveyor.backends.postgres.connection import queue_full
 from conveyor.backends.postgres.decode import job_from_row
 from conveyor.backends.postgres.queries import Queries
 from conveyor.errors import ConfigurationError
@@ -34,19 +35,11 @@ def _psycopg_sql(sql: str) -> str:
 
 
 async def run_enqueue_on(connection: Any, q: Queries, jobs: Sequence[NewJob]) -> list[Job]:
-    plain = enq.plain_arguments(jobs)
-    if plain is not None and _is_asyncpg(connection):
-        try:
-            rows = await connection.fetch(q.enqueue_plain, *plain)
-        except DRIVER_ERRORS as exc:
-            raise_typed(exc, "enqueue")
-        return enq.build_plain_jobs(jobs, rows[0][0], rows[0][1])
-    batch = enq.split(jobs)
-    args = batch.arguments()
     if _is_asyncpg(connection):
-        return await _on_asyncpg(connection, q, batch, args)
+        return await enq.run_on_asyncpg(connection, q, jobs)
     if _is_psycopg(connection):
-        return await _on_psycopg(connection, q, batch, args)
+        batch = enq.split(jobs)
+        return await _on_psycopg(connection, q, batch, batch.arguments())
     raise ConfigurationError(
         f"connection: {type(connection).__name__} is not an asyncpg connection or a "
         "psycopg 3 AsyncConnection"
@@ -71,19 +64,6 @@ def _is_psycopg(connection: Any) -> bool:
     return module.startswith("psycopg") and hasattr(connection, "cursor")
 
 
-async def _on_asyncpg(connection: Any, q: Queries, batch: enq.Batch, args: list[Any]) -> list[Job]:
-    try:
-        reply = enq.read_reply(await connection.fetch(q.enqueue, *args))
-        existing: dict[str, Job] = {}
-        if reply.duplicates:
-            ids = [dup[0] for dup in reply.duplicates.values()]
-            rows = await connection.fetch(q.jobs_by_ids, ids)
-            existing = {row[0]: job_from_row(row) for row in rows}
-    except DRIVER_ERRORS as exc:
-        raise_typed(exc, "enqueue")
-    return enq.build_jobs(batch, reply, existing)
-
-
 async def _on_psycopg(connection: Any, q: Queries, batch: enq.Batch, args: list[Any]) -> list[Job]:
     import psycopg
 
@@ -99,7 +79,7 @@ async def _on_psycopg(connection: Any, q: Queries, batch: enq.Batch, args: list[
                     row[0]: job_from_row(_jsonb_as_text(row)) for row in await cur.fetchall()
                 }
     except psycopg.Error as exc:
-        full = enq.queue_full(exc.sqlstate, exc.diag.message_detail, exc.diag.message_hint)
+        full = queue_full(exc.sqlstate, exc.diag.message_detail, exc.diag.message_hint)
         if full is not None:
             raise full from None
         raise

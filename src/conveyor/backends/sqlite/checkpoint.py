@@ -11,7 +11,7 @@ Here the writer's commits only *count* rows changed and poke a
 ``PRAGMA wal_checkpoint(PASSIVE)`` on its own connection in its own thread: a
 passive checkpoint never waits for (or blocks) writers or readers, it copies
 what it can. The writer keeps SQLite's automatic checkpoint as a backstop at
-4,000 pages (``WRITER_TUNING`` in connection.py): when a busy writer never leaves the
+4,000 pages (``writer_tuning`` in pragmas.sql): when a busy writer never leaves the
 WAL fully copied at the start of a transaction, that backstop is what lets the
 WAL start over from its beginning, and by then there is little left to copy.
 The WAL therefore stays bounded at about 4,000 pages (16 MiB).
@@ -23,7 +23,7 @@ import logging
 import sqlite3
 import threading
 
-from conveyor.backends.sqlite.connection import SYNCHRONOUS
+from conveyor.backends.sqlite.queries import P
 from conveyor.backends.sqlite.url import SQLiteOptions
 
 logger = logging.getLogger("conveyor.backends.sqlite")
@@ -87,8 +87,8 @@ class Checkpointer:
                 isolation_level=None,
                 check_same_thread=True,
             )
-            conn.execute(SYNCHRONOUS[self.options.synchronous])
-            conn.execute("PRAGMA cache_size = 16")  # a checkpoint does not read through it
+            for pragma in (*P.synchronous(self.options.synchronous), *P.checkpointer_tuning):
+                conn.execute(pragma)
         except sqlite3.Error as exc:
             logger.warning(
                 "no background checkpoints for %s (the writer's own take over): %s",
@@ -103,7 +103,8 @@ class Checkpointer:
                 if self._stopping:
                     return
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    for pragma in P.checkpoint:
+                        conn.execute(pragma).fetchall()
                     self.checkpoints += 1
                 except sqlite3.Error as exc:  # busy or gone: the next poke tries again
                     logger.debug("background checkpoint of %s failed: %s", self.options.path, exc)

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, LiteralString, TypeVar, TypeVarTuple
 
+from conveyor.backends.sqlite.queries import P
 from conveyor.backends.sqlite.url import SQLiteOptions
 from conveyor.errors import BackendError, BackendUnavailable
 
@@ -35,33 +36,6 @@ Ts = TypeVarTuple("Ts")
 # Result codes (the low byte of an extended code).
 _BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _UNAVAILABLE_CODES = frozenset({8, 10, 13, 14, 15})  # READONLY IOERR FULL CANTOPEN PROTOCOL
-
-# Fixed statements for each synchronous level (PRAGMA values cannot be bound).
-SYNCHRONOUS: dict[str, LiteralString] = {
-    "OFF": "PRAGMA synchronous = OFF",
-    "NORMAL": "PRAGMA synchronous = NORMAL",
-    "FULL": "PRAGMA synchronous = FULL",
-    "EXTRA": "PRAGMA synchronous = EXTRA",
-}
-_TUNING: tuple[LiteralString, ...] = (
-    "PRAGMA foreign_keys = OFF",
-    "PRAGMA temp_store = MEMORY",
-    # Small caches, no memory map: the hot path's working set (the tails of the
-    # jobs table and its partial indexes) is a few hundred pages, and the OS
-    # page cache serves the rest. A bigger cache or a memory map only made the
-    # process grow with the database (pages touched by a memory map count in
-    # its RSS), at no measurable gain in speed.
-    "PRAGMA cache_size = -2048",  # 2 MiB of page cache (the writer's: 4 MiB)
-    "PRAGMA mmap_size = 0",
-    "PRAGMA journal_size_limit = 67108864",  # truncate the WAL back to 64 MiB
-)
-
-#: The writer's own automatic checkpoint at 4,000 WAL pages (4 KiB each) is only
-#: a backstop: the background Checkpointer (checkpoint.py) does the copying.
-WRITER_TUNING: tuple[LiteralString, ...] = (
-    "PRAGMA wal_autocheckpoint = 4000",
-    "PRAGMA cache_size = -4096",  # room for a 5,000-job batch without spilling
-)
 
 MIN_SQLITE = (3, 35, 0)  # RETURNING
 
@@ -133,7 +107,7 @@ class ThreadConnection:
         role: str,
         *,
         tune: bool = True,
-        pragmas: tuple[LiteralString, ...] = (),
+        pragmas: tuple[LiteralString, ...] = (),  # a block of pragmas.sql, after tuning
         after_commit: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
         self.options = options
@@ -357,13 +331,18 @@ class ThreadConnection:
         )
         try:
             if self._tune:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                (journal_wal,) = P.journal_wal
+                mode = conn.execute(journal_wal).fetchone()
                 if not mode or str(mode[0]).lower() != "wal":
                     raise BackendError(
                         f"could not put {self.options.path} in WAL mode (got {mode!r})"
                     )
-                conn.execute(SYNCHRONOUS[self.options.synchronous])
-                for pragma in (*_TUNING, *self._pragmas):
+                # pragmas.sql: the URL's synchronous level, then the tuning blocks
+                for pragma in (
+                    *P.synchronous(self.options.synchronous),
+                    *P.tuning,
+                    *self._pragmas,
+                ):
                     conn.execute(pragma)
         except BaseException:
             conn.close()

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import LiteralString
 
-from conveyor.backends.sqlite.queries import trusted_sql
+from conveyor.backends.namedsql import trusted_sql
+from conveyor.backends.sqlite.queries import P, split_statements
 from conveyor.errors import BackendError
 
 _PACKAGE = "conveyor.backends.sqlite"
@@ -27,26 +28,6 @@ class Migration:
     version: int
     name: str
     statements: tuple[LiteralString, ...]
-
-
-def split_statements(script: str) -> list[str]:
-    """The statements of ``script``, one per item (comments kept with the next one).
-
-    ``executescript`` cannot be used: it commits any open transaction first.
-    """
-    statements: list[str] = []
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            statements.append(pending.strip())
-            pending = ""
-    rest = "\n".join(
-        ln for ln in pending.splitlines() if ln.strip() and not ln.strip().startswith("--")
-    )
-    if rest.strip():
-        raise BackendError(f"incomplete SQL statement at the end of a script: {rest.strip()!r}")
-    return statements
 
 
 def load_migrations() -> list[Migration]:
@@ -76,7 +57,8 @@ LATEST = len(load_migrations())
 
 
 def user_version(conn: sqlite3.Connection) -> int:
-    row = conn.execute("PRAGMA user_version").fetchone()
+    (query,) = P.user_version
+    row = conn.execute(query).fetchone()
     return int(row[0]) if row else 0
 
 

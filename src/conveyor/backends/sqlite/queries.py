@@ -1,4 +1,5 @@
-"""The named SQL of ``queries.sql``, parsed once into typed attributes.
+"""The named SQL of ``queries.sql`` and ``pragmas.sql``, parsed once into typed
+attributes (``Q`` and ``P``), and how values travel as JSON array parameters.
 
 Each attribute is a ``LiteralString``: SQL cannot be built from runtime strings
 and still type-check, so values can only ever arrive as bound parameters.
@@ -7,10 +8,15 @@ and still type-check, so values can only ever arrive as bound parameters.
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 from importlib import resources
-from typing import Any, LiteralString, cast
+from typing import Any, LiteralString
 
-from conveyor.backends.namedsql import parse_named_blocks
+from conveyor.backends.namedsql import parse_named_blocks, trusted_sql
+from conveyor.errors import BackendError
+from conveyor.serialization import dumps_str
+
+_PACKAGE = "conveyor.backends.sqlite"
 
 #: The columns every job-returning statement selects, in this order (see decode.py).
 JOB_COLUMNS = (
@@ -20,12 +26,14 @@ JOB_COLUMNS = (
     "payload, metadata, result, progress, errors"
 )
 
+#: A result, progress or payload bigger than this is bound on its own rather
+#: than copied into a batch's JSON array parameter.
+INLINE_MAX = 64 * 1024
 
-def trusted_sql(text: str) -> LiteralString:
-    """Mark SQL read from a file shipped inside this package (never from input)
-    as a literal. The one place where file text becomes ``LiteralString``."""
-    literal: LiteralString = cast(Any, text)
-    return literal
+
+def json_param(values: Any) -> str:
+    """A JSON array parameter for ``json_each(?)`` (bound as text, never formatted in)."""
+    return dumps_str(values)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -122,14 +130,74 @@ class Queries:
         return cls(**{name: trusted_sql(sql) for name, sql in blocks.items()})
 
 
-def _load() -> Queries:
-    text = (
-        resources.files("conveyor.backends.sqlite")
-        .joinpath("queries.sql")
-        .read_text(encoding="utf-8")
+def split_statements(script: str) -> list[str]:
+    """The statements of ``script``, one per item (comments kept with the next one).
+
+    ``executescript`` cannot be used: it commits any open transaction first.
+    """
+    statements: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    rest = "\n".join(
+        ln for ln in pending.splitlines() if ln.strip() and not ln.strip().startswith("--")
     )
-    return Queries.from_text(text)
+    if rest.strip():
+        raise BackendError(f"incomplete SQL statement at the end of a script: {rest.strip()!r}")
+    return statements
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pragmas:
+    """The blocks of ``pragmas.sql``, each a tuple of statements run in order."""
+
+    journal_wal: tuple[LiteralString, ...]
+    synchronous_off: tuple[LiteralString, ...]
+    synchronous_normal: tuple[LiteralString, ...]
+    synchronous_full: tuple[LiteralString, ...]
+    synchronous_extra: tuple[LiteralString, ...]
+    tuning: tuple[LiteralString, ...]
+    writer_tuning: tuple[LiteralString, ...]
+    checkpointer_tuning: tuple[LiteralString, ...]
+    checkpoint: tuple[LiteralString, ...]
+    user_version: tuple[LiteralString, ...]
+
+    def synchronous(self, level: str) -> tuple[LiteralString, ...]:
+        """The statement for a ``?synchronous=`` level (validated by url.py)."""
+        by_level = {
+            "OFF": self.synchronous_off,
+            "NORMAL": self.synchronous_normal,
+            "FULL": self.synchronous_full,
+            "EXTRA": self.synchronous_extra,
+        }
+        return by_level[level]
+
+    @classmethod
+    def from_text(cls, text: str) -> Pragmas:
+        blocks = parse_named_blocks(text)
+        declared = {f.name for f in dataclasses.fields(cls)}
+        if declared != blocks.keys():
+            raise RuntimeError(
+                f"pragmas.sql does not match Pragmas: missing {sorted(declared - blocks.keys())}, "
+                f"undeclared {sorted(blocks.keys() - declared)}"
+            )
+        return cls(
+            **{
+                # parse_named_blocks drops the block's final ";"; the splitter needs it
+                name: tuple(trusted_sql(s) for s in split_statements(sql + ";"))
+                for name, sql in blocks.items()
+            }
+        )
+
+
+def _read(name: str) -> str:
+    return resources.files(_PACKAGE).joinpath(name).read_text(encoding="utf-8")
 
 
 #: The parsed statements, loaded once at import.
-Q = _load()
+Q = Queries.from_text(_read("queries.sql"))
+#: The PRAGMA statements, loaded once at import.
+P = Pragmas.from_text(_read("pragmas.sql"))

@@ -15,8 +15,8 @@ from importlib import resources
 from typing import Any, LiteralString
 
 from conveyor.backends.base import MisfirePolicy, ScheduleRecord, ScheduleSpec
-from conveyor.backends.namedsql import parse_named_blocks
-from conveyor.backends.sqlite.queries import trusted_sql
+from conveyor.backends.namedsql import parse_named_blocks, trusted_sql
+from conveyor.backends.schedulechange import ScheduleChange
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,18 +42,6 @@ def _load() -> ScheduleQueries:
 
 
 SQ = _load()
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ScheduleChange:
-    """The arguments of ``Backend.update_schedule``."""
-
-    name: str
-    paused: bool | None
-    cron: str | None
-    every: float | None
-    next_fire_at: float | None
-    reschedule: bool
 
 
 def _definition(spec: ScheduleSpec, next_fire_at: float | None) -> dict[str, Any]:
@@ -138,7 +126,7 @@ def update(conn: sqlite3.Connection, change: ScheduleChange) -> ScheduleRecord |
         return None
     if change.paused is not None:
         conn.execute(SQ.set_paused, {**key, "paused": int(change.paused)})
-    if change.cron is not None or change.every is not None:
+    if change.sets_expression:
         every = None if change.cron is not None else change.every
         conn.execute(SQ.set_expression, {**key, "cron": change.cron, "every": every})
     if change.reschedule:

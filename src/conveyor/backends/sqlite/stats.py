@@ -17,8 +17,7 @@ from importlib import resources
 from typing import LiteralString
 
 from conveyor.backends.base import DURATION_BUCKETS, JobStat
-from conveyor.backends.namedsql import parse_named_blocks
-from conveyor.backends.sqlite.queries import trusted_sql
+from conveyor.backends.namedsql import parse_named_blocks, trusted_sql
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

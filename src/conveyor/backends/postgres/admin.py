@@ -1,0 +1,110 @@
+"""Acting on jobs (cancel, dead-letter retry, deletes, purges), queues,
+circuits and heartbeats. A change that makes work available also sends the
+NOTIFY, in the same transaction; the caller wakes this process's waiters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from conveyor.backends.base import CircuitInfo, CircuitState, JobFilter, WorkerInfo, earlier_retry
+from conveyor.backends.postgres.connection import Pool
+from conveyor.backends.postgres.decode import job_from_row
+from conveyor.backends.postgres.queries import Queries
+from conveyor.backends.postgres.reads import filter_args, get_jobs
+from conveyor.backends.postgres.settle import CIRCUIT_STATES
+from conveyor.backends.rows import worker_blob, worker_from_blob
+from conveyor.errors import InvalidStateError, JobNotFound
+from conveyor.job import Job, JobState
+
+#: Rows deleted per statement by purges and retention.
+CHUNK = 5000
+
+
+async def cancel_job(pool: Pool, q: Queries, job_id: str) -> Job | None:
+    rows = await pool.fetch("cancel", q.cancel_job, job_id)
+    if rows:
+        return job_from_row(rows[0])
+    jobs = await get_jobs(pool, q, [job_id])  # terminal (unchanged), or missing
+    return jobs[0] if jobs else None
+
+
+async def retry_failed(pool: Pool, q: Queries, job_id: str, new_id: str) -> Job:
+    async with pool.acquire("retry") as conn, conn.transaction():
+        target = await conn.fetchrow(q.retry_target_for_update, job_id)
+        if target is None:
+            raise JobNotFound(job_id)
+        state, retried_as = target
+        if state != JobState.FAILED.value:
+            raise InvalidStateError(f"job {job_id} is {state}: only failed jobs can be retried")
+        if retried_as is not None:
+            rows = await conn.fetch(q.jobs_by_ids, [retried_as])
+            return earlier_retry(job_id, retried_as, [job_from_row(r) for r in rows])
+        queue = await conn.fetchval(q.insert_retry_copy, job_id, new_id)
+        await conn.execute(q.mark_retried, job_id, new_id)
+        await conn.execute(q.notify, [queue])
+        rows = await conn.fetch(q.jobs_by_ids, [new_id])
+    return job_from_row(rows[0])
+
+
+async def delete_jobs(pool: Pool, q: Queries, job_ids: Sequence[str]) -> int:
+    return int(await pool.fetchval("delete", q.delete_jobs, list(job_ids)))
+
+
+async def purge_jobs(pool: Pool, q: Queries, where: JobFilter) -> int:
+    total = 0
+    while True:  # chunked: each statement holds its row locks briefly
+        deleted = int(await pool.fetchval("purge", q.purge_chunk, *filter_args(where), CHUNK))
+        total += deleted
+        if deleted < CHUNK:
+            return total
+
+
+# -- queues, circuits, heartbeats ------------------------------------------------
+
+
+async def configure_queue(
+    pool: Pool, q: Queries, name: str, max_size: int | None, ttl: float | None
+) -> None:
+    await pool.execute("configure queue", q.configure_queue, name, max_size, ttl)
+
+
+async def set_queue_paused(pool: Pool, q: Queries, name: str, paused: bool) -> None:
+    async with pool.acquire("pause queue") as conn, conn.transaction():
+        await conn.execute(q.set_queue_paused, name, paused)
+        if not paused:
+            await conn.execute(q.notify, [name])
+
+
+async def list_circuits(pool: Pool, q: Queries) -> list[CircuitInfo]:
+    rows = await pool.fetch("list circuits", q.list_circuits)
+    return [
+        CircuitInfo(task, CIRCUIT_STATES.get(state, CircuitState.OPEN), failures, open_until)
+        for task, state, failures, open_until in rows
+    ]
+
+
+async def reset_circuit(pool: Pool, q: Queries, task: str) -> None:
+    await pool.execute("reset circuit", q.reset_circuit, task)
+
+
+async def record_heartbeat(pool: Pool, q: Queries, worker: WorkerInfo) -> None:
+    await pool.execute(
+        "heartbeat",
+        q.record_heartbeat,
+        worker.id,
+        worker_blob(worker),
+        float(worker.heartbeat_interval),
+    )
+
+
+async def list_workers(pool: Pool, q: Queries) -> list[WorkerInfo]:
+    rows = await pool.fetch("list workers", q.list_workers)
+    return [worker_from_blob(*row) for row in rows]
+
+
+async def remove_worker(pool: Pool, q: Queries, worker_id: str) -> None:
+    await pool.execute("remove worker", q.remove_worker, worker_id)
+
+
+async def prune_workers(pool: Pool, q: Queries, older_than: float) -> int:
+    return int(await pool.fetchval("prune workers", q.prune_workers, older_than))

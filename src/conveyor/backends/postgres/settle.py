@@ -1,0 +1,126 @@
+"""settle_jobs (one call of the schema's ``settle`` function, or one
+``complete`` statement for a batch of successes), renew_leases, save_progress
+and cancel_requests: one statement each, fenced by lease token."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from conveyor import serialization
+from conveyor.backends.base import (
+    CircuitInfo,
+    CircuitState,
+    Outcome,
+    RenewResult,
+    Settlement,
+    SettleResult,
+)
+from conveyor.backends.postgres.connection import Pool
+from conveyor.backends.postgres.queries import Queries
+
+CIRCUIT_STATES = {s.value: s for s in CircuitState}
+
+
+async def renew_leases(
+    pool: Pool, q: Queries, leases: Sequence[tuple[str, str]], lease: float
+) -> RenewResult:
+    rows = await pool.fetch(
+        "renew",
+        q.renew,
+        [job_id for job_id, _ in leases],
+        [token for _, token in leases],
+        lease,
+    )
+    result = RenewResult()
+    for job_id, cancel in rows:
+        result.renewed.add(job_id)
+        if cancel:
+            result.cancel_requested.add(job_id)
+    result.lost = {job_id for job_id, _ in leases} - result.renewed
+    return result
+
+
+async def settle_jobs(
+    pool: Pool, q: Queries, settlements: Sequence[Settlement]
+) -> tuple[SettleResult, set[str]]:
+    """The result, and the queues that got a job back (to wake their waiters)."""
+    result = SettleResult()
+    # A job settled twice in one batch: the first settlement wins, the
+    # rest are refused (the job is no longer active under that token).
+    seen: set[str] = set()
+    batch: list[Settlement] = []
+    for s in settlements:
+        if s.job_id in seen:
+            result.refused.add(s.job_id)
+        else:
+            seen.add(s.job_id)
+            batch.append(s)
+    wake: set[str] = set()
+    if all(s.outcome is Outcome.COMPLETE for s in batch):
+        rows = await pool.fetch(
+            "settle",
+            q.complete,
+            [s.job_id for s in batch],
+            [s.lease_token for s in batch],
+            [s.result for s in batch],
+            [s.progress for s in batch],
+            sorted({s.task for s in batch if s.circuit is not None}),
+        )
+        for kind, name in rows:
+            if kind == "refused":
+                result.refused.add(name)
+            else:
+                result.circuit_changes.append(CircuitInfo(name, CircuitState.CLOSED, 0, None))
+        return result, wake
+    counted = any(s.circuit is not None for s in batch)
+    rows = await pool.fetch(
+        "settle",
+        q.settle,
+        [s.job_id for s in batch],
+        [s.lease_token for s in batch],
+        [s.outcome.value for s in batch],
+        [s.result for s in batch],
+        [s.failure_reason.value if s.failure_reason else None for s in batch],
+        [_error_json(s) for s in batch],
+        [float(s.retry_delay) for s in batch],
+        [s.progress for s in batch],
+        [s.task for s in batch] if counted else None,
+        [s.circuit.threshold if s.circuit else None for s in batch] if counted else None,
+        [s.circuit.open_for if s.circuit else None for s in batch] if counted else None,
+    )
+    for kind, name, state, failures, open_until in rows:
+        if kind == "refused":
+            result.refused.add(name)
+        elif kind == "cancelled":
+            result.cancelled.add(name)
+        elif kind == "wake":
+            wake.add(name)
+        elif kind == "circuit":
+            result.circuit_changes.append(
+                CircuitInfo(name, CIRCUIT_STATES[state], failures, open_until)
+            )
+    return result, wake
+
+
+def _error_json(s: Settlement) -> str | None:
+    if s.error is None or s.outcome is Outcome.COMPLETE:
+        return None
+    return serialization.dumps_str(s.error.to_dict())
+
+
+async def save_progress(
+    pool: Pool, q: Queries, items: Sequence[tuple[str, str, bytes]]
+) -> set[str]:
+    rows = await pool.fetch(
+        "save progress",
+        q.save_progress,
+        [i[0] for i in items],
+        [i[1] for i in items],
+        [i[2] for i in items],
+    )
+    return {i[0] for i in items} - {row[0] for row in rows}
+
+
+async def cancel_requests(pool: Pool, q: Queries, job_ids: Sequence[str]) -> set[str]:
+    rows = await pool.fetch("cancel requests", q.cancel_requested_of, list(job_ids))
+    return {r[0] for r in rows}

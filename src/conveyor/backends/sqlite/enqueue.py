@@ -1,0 +1,244 @@
+"""enqueue_jobs as one synchronous transaction: idempotency keys, queue
+limits (backpressure) and the batched inserts.
+
+Like every area module here (claim.py, settle.py, reads.py, admin.py, ...),
+each public function is the whole body of ONE transaction and runs in the
+writer connection's thread (see connection.py); ``now`` is read inside it, on
+the host clock, which is the backend's clock for an embedded database (G11).
+Functions may run more than once (a busy database is retried from the start),
+so they keep no state outside the connection.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from conveyor.backends.base import NewJob
+from conveyor.backends.rows import decode_fields
+from conveyor.backends.sqlite.decode import job_from_row
+from conveyor.backends.sqlite.queries import INLINE_MAX, Q, json_param
+from conveyor.errors import QueueFull
+from conveyor.job import Job, JobState
+from conveyor.serialization import loads
+
+_STATES = {s.value: s for s in JobState}
+_NO_CONFIG: tuple[int | None, float | None] = (None, None)
+
+
+def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
+    """Insert ``jobs`` (one transaction); duplicates by idempotency key insert nothing."""
+    now = time.time()
+    names = list(dict.fromkeys(j.queue for j in jobs))
+    configs: dict[str, tuple[int | None, float | None]] = {
+        name: (max_size, ttl)
+        for name, max_size, ttl in conn.execute(Q.queue_configs, {"names": json_param(names)})
+    }
+    known: dict[str, Job] = {}
+    if any(j.idempotency_key is not None for j in jobs):
+        known = _live_keys(conn, jobs, now)
+
+    results: list[Job] = []
+    runs: dict[tuple[Any, ...], list[NewJob]] = {}  # plain jobs, by what they share
+    rows: list[tuple[Any, ...]] = []  # insert_job
+    key_rows: list[tuple[Any, ...]] = []
+    added: dict[str, int] = {}
+    waiting, delayed = JobState.WAITING, JobState.DELAYED
+    for nj in jobs:
+        key = nj.idempotency_key
+        if key is not None:
+            existing = known.get(key)
+            if existing is not None:
+                results.append(replace(existing, duplicate=True))
+                continue
+        queue = nj.queue
+        run_at = nj.run_at if nj.run_at is not None else now + nj.delay
+        state = delayed if run_at > now else waiting
+        ttl = nj.ttl  # the effective TTL, stored: every later wait gets it afresh
+        config = configs.get(queue)
+        if config is not None:
+            queue_ttl = config[1]
+            if queue_ttl is not None and (ttl is None or queue_ttl < ttl):
+                ttl = queue_ttl
+        expires_at = None if ttl is None else run_at + ttl
+        if (
+            ttl is None
+            and key is None
+            and nj.timeout is None
+            and nj.tenant is None
+            and nj.retry_of is None
+            and nj.metadata is None
+        ):
+            shared = (nj.task, queue, state.value, nj.priority, nj.max_attempts, run_at)
+            run = runs.get(shared)
+            if run is None:
+                runs[shared] = run = []
+            run.append(nj)
+        else:
+            rows.append(
+                (
+                    nj.id,
+                    nj.task,
+                    queue,
+                    state.value,
+                    nj.priority,
+                    nj.max_attempts,
+                    nj.timeout,
+                    ttl,
+                    run_at,
+                    now,
+                    expires_at,
+                    key,
+                    nj.tenant,
+                    nj.retry_of,
+                    bytearray(nj.payload),  # see _insert_plain
+                    None if nj.metadata is None else bytearray(nj.metadata),
+                )
+            )
+        problem: str | None = None
+        metadata: dict[str, Any] = {}
+        if nj.metadata is None:
+            try:
+                payload = loads(nj.payload)
+            except ValueError:
+                payload, metadata, problem = _decode_new(nj)
+        else:
+            payload, metadata, problem = _decode_new(nj)
+        # Positional, in decode.JOB_FIELDS order (checked at import).
+        job = Job(
+            nj.id,
+            nj.task,
+            queue,
+            payload,
+            state,
+            nj.priority,
+            0,  # attempts
+            nj.max_attempts,
+            nj.timeout,
+            run_at,
+            now,  # created_at
+            None,  # started_at
+            None,  # finished_at
+            expires_at,
+            ttl,
+            None,  # lease_until
+            None,  # lease_token
+            None,  # worker_id
+            0,  # stalls
+            None,  # progress
+            None,  # result
+            None,  # error
+            [],  # errors
+            None,  # failure_reason
+            key,
+            nj.tenant,
+            metadata,
+            None,  # retried_as
+            nj.retry_of,
+            False,  # cancel_requested
+            False,  # duplicate
+            problem,  # decode_error
+        )
+        if key is not None:
+            known[key] = job  # a second job with this key in the batch is its duplicate
+            key_rows.append((key, nj.id, nj.task, queue, now + nj.idempotency_ttl))
+        added[queue] = added.get(queue, 0) + 1
+        results.append(job)
+
+    for queue, count in added.items():
+        max_size = configs.get(queue, _NO_CONFIG)[0]
+        if max_size is not None:
+            (pending,) = conn.execute(Q.count_pending, {"queue": queue}).fetchone()
+            if pending + count > max_size:
+                raise QueueFull(queue, max_size)  # rolls the whole batch back
+    if runs:
+        _insert_plain(conn, runs, now)
+    if rows:
+        conn.executemany(Q.insert_job, rows)
+    if key_rows:
+        conn.executemany(Q.upsert_key, key_rows)
+    return results
+
+
+#: Plain jobs sharing everything but id and payload go in one statement when
+#: there are at least this many of them.
+RUN_MIN = 8
+
+
+def _insert_plain(
+    conn: sqlite3.Connection, runs: dict[tuple[Any, ...], list[NewJob]], now: float
+) -> None:
+    """Insert plain jobs (no options set), grouped by what they share.
+
+    Binding parameters costs Python's sqlite3 more than SQLite's insert: an exact
+    int, float, str or bytearray is cheap, but every None and bytes goes through
+    an adapter lookup. So a run of jobs sharing task, queue, state, priority,
+    max_attempts and run_at is inserted by ONE statement that reads only
+    ``[id, payload]`` per job from a JSON array (``insert_job_run``); the rest,
+    and payloads that cannot travel as JSON text (big, not UTF-8, or with a NUL
+    byte), go through ``executemany`` with 9 parameters, the payload bound as a
+    bytearray (a BLOB, like bytes, without the adapter lookup).
+    """
+    single: list[tuple[Any, ...]] = []
+    for (task, queue, state, priority, max_attempts, run_at), members in runs.items():
+        items: list[list[str]] = []
+        for nj in members:
+            payload = nj.payload
+            if len(members) >= RUN_MIN and len(payload) <= INLINE_MAX and b"\0" not in payload:
+                try:
+                    items.append([nj.id, payload.decode()])
+                    continue
+                except UnicodeDecodeError:
+                    pass
+            single.append(
+                (nj.id, task, queue, state, priority, max_attempts, run_at, now, bytearray(payload))
+            )
+        if items:
+            params = {
+                "task": task,
+                "queue": queue,
+                "state": state,
+                "priority": priority,
+                "max_attempts": max_attempts,
+                "run_at": run_at,
+                "now": now,
+                "items": json_param(items),
+            }
+            conn.execute(Q.insert_job_run, params)
+    if single:
+        conn.executemany(Q.insert_plain_job, single)
+
+
+def _decode_new(nj: NewJob) -> tuple[Any, dict[str, Any], str | None]:
+    """The payload and metadata of a new job as values, through the shared
+    decoder, which names any problem (the loop above decodes the plain
+    payload-only case itself)."""
+    fields = decode_fields(nj.payload, nj.metadata)
+    return fields.payload, fields.metadata, fields.problem
+
+
+def _live_keys(conn: sqlite3.Connection, jobs: Sequence[NewJob], now: float) -> dict[str, Job]:
+    """key -> the job a live idempotency key points at (rebuilt from the key row
+    with its final state when retention already deleted the job)."""
+    keys = list(dict.fromkeys(j.idempotency_key for j in jobs if j.idempotency_key is not None))
+    live = conn.execute(Q.live_keys, {"keys": json_param(keys), "now": now}).fetchall()
+    if not live:
+        return {}
+    ids = [row[1] for row in live]
+    by_id = {
+        row[0]: job_from_row(row)
+        for row in conn.execute(Q.jobs_by_ids, {"ids": json_param(ids)}).fetchall()
+    }
+    found: dict[str, Job] = {}
+    for key, job_id, task, queue, final_state in live:
+        job = by_id.get(job_id)
+        if job is None:
+            state = _STATES.get(final_state) if final_state is not None else None
+            if state is None:
+                continue  # the row vanished without a trace: the key no longer holds
+            job = Job(id=job_id, task=task, queue=queue, state=state, idempotency_key=key)
+        found[key] = job
+    return found

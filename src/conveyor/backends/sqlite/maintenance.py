@@ -1,0 +1,72 @@
+"""Maintenance as synchronous transactions in the writer's thread (see
+enqueue.py): stalled-job recovery and retention, in chunks of CHUNK rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from conveyor.backends.base import PruneRule, StallResult
+from conveyor.backends.sqlite.admin import CHUNK, remember_final_states
+from conveyor.backends.sqlite.connection import ThreadConnection
+from conveyor.backends.sqlite.decode import Row, job_from_row
+from conveyor.backends.sqlite.queries import Q
+from conveyor.job import TERMINAL_STATES, JobState
+from conveyor.serialization import dumps_str
+
+
+def recover_stalled(conn: sqlite3.Connection, max_stalled: int) -> StallResult:
+    params = {"now": time.time(), "max_stalled": max_stalled}
+    result = StallResult()
+    for row in conn.execute(Q.recover_stalled, params).fetchall():
+        job = job_from_row(row)
+        if job.state is JobState.WAITING:
+            result.requeued.append(job)
+        elif job.state is JobState.CANCELLED:
+            result.cancelled.append(job)
+        else:
+            result.failed.append(job)
+    return result
+
+
+def prune_chunk(conn: sqlite3.Connection, rule: PruneRule) -> int:
+    """Delete up to CHUNK jobs for one rule (age first, then count)."""
+    if rule.state not in TERMINAL_STATES:
+        return 0  # retention never touches live jobs
+    params: dict[str, Any] = {
+        "state": rule.state.value,
+        "task": rule.task,
+        "exclude": dumps_str(list(rule.exclude_tasks)),
+        "chunk": CHUNK,
+    }
+    deleted: list[Row] = []
+    if rule.max_age is not None:
+        params["before"] = time.time() - rule.max_age
+        deleted = conn.execute(Q.prune_by_age, params).fetchall()
+    if not deleted and rule.max_count is not None:
+        params["keep"] = max(0, rule.max_count)
+        deleted = conn.execute(Q.prune_by_count, params).fetchall()
+    remember_final_states(conn, deleted)
+    return len(deleted)
+
+
+def prune_history(conn: sqlite3.Connection) -> None:
+    """Drop expired idempotency keys and rate-limit starts out of every window."""
+    now = time.time()
+    conn.execute(Q.prune_keys, {"now": now})
+    conn.execute(Q.prune_rate_starts, {"now": now})
+
+
+async def prune_jobs(writer: ThreadConnection, rules: Sequence[PruneRule]) -> int:
+    total = 0
+    for rule in rules:
+        while True:  # chunked, until the rule has nothing left to delete
+            deleted = await writer.write(prune_chunk, rule)
+            total += deleted
+            if not deleted:
+                break
+    await writer.write(prune_history)
+    return total
