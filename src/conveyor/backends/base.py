@@ -27,15 +27,55 @@ from __future__ import annotations
 
 import abc
 import enum
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
+from conveyor.backends.records import (
+    COUNTED_STATES,
+    DURATION_BUCKETS,
+    CircuitInfo,
+    CircuitState,
+    JobStat,
+    MisfirePolicy,
+    QueueInfo,
+    ScheduleRecord,
+    ScheduleSpec,
+    WorkerInfo,
+)
 from conveyor.errors import InvalidStateError
 from conveyor.job import ErrorInfo, FailureReason, Job, JobState
 from conveyor.ratelimit import RateLimit
+
+# The contract's records live in records.py; importing them from here keeps
+# one place to import the whole contract from.
+__all__ = [
+    "COUNTED_STATES",
+    "DURATION_BUCKETS",
+    "Backend",
+    "CircuitInfo",
+    "CircuitPolicy",
+    "CircuitState",
+    "ClaimRequest",
+    "ClaimResult",
+    "Handoff",
+    "JobFilter",
+    "JobStat",
+    "MisfirePolicy",
+    "NewJob",
+    "Outcome",
+    "PruneRule",
+    "QueueInfo",
+    "RenewResult",
+    "ScheduleRecord",
+    "ScheduleSpec",
+    "SettleResult",
+    "Settlement",
+    "StallResult",
+    "TransactionalEnqueue",
+    "WorkerInfo",
+    "earlier_retry",
+]
 
 
 @dataclass(slots=True)
@@ -139,28 +179,6 @@ class Settlement:
     """Last progress not yet saved, stored with the outcome."""
 
 
-class CircuitState(enum.StrEnum):
-    CLOSED = "closed"
-    OPEN = "open"
-    HALF_OPEN = "half_open"
-
-
-@dataclass(slots=True)
-class CircuitInfo:
-    task: str
-    state: CircuitState
-    failures: int
-    open_until: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "task": self.task,
-            "state": self.state.value,
-            "failures": self.failures,
-            "open_until": self.open_until,
-        }
-
-
 @dataclass(slots=True)
 class SettleResult:
     refused: set[str] = field(default_factory=set)
@@ -216,51 +234,6 @@ class JobFilter:
 
 
 @dataclass(slots=True)
-class QueueInfo:
-    name: str
-    paused: bool = False
-    max_size: int | None = None
-    ttl: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "paused": self.paused,
-            "max_size": self.max_size,
-            "ttl": self.ttl,
-        }
-
-
-@dataclass(slots=True)
-class WorkerInfo:
-    id: str
-    host: str
-    pid: int
-    queues: list[str]
-    concurrency: int
-    active: int
-    started_at: float
-    last_seen: float = 0.0
-    """Stamped by the backend's clock on every heartbeat."""
-    heartbeat_interval: float = 10.0
-    """Seconds between this worker's heartbeats: readers judge its liveness with
-    it (alive while ``last_seen`` is younger than 3 intervals)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "host": self.host,
-            "pid": self.pid,
-            "queues": list(self.queues),
-            "concurrency": self.concurrency,
-            "active": self.active,
-            "started_at": self.started_at,
-            "last_seen": self.last_seen,
-            "heartbeat_interval": self.heartbeat_interval,
-        }
-
-
-@dataclass(slots=True)
 class PruneRule:
     """Delete terminal jobs in ``state`` beyond an age and/or a count."""
 
@@ -270,87 +243,6 @@ class PruneRule:
     task: str | None = None
     """Only this task; ``None`` = every task not in ``exclude_tasks``."""
     exclude_tasks: Sequence[str] = ()
-
-
-class MisfirePolicy(enum.StrEnum):
-    """What a scheduler does with fires it missed (no scheduler was running)."""
-
-    SKIP = "skip"  # forget missed slots; fire at the next slot from now
-    RUN_ONCE = "run_once"  # fire once for all missed slots, then go on from now
-
-
-@dataclass(slots=True)
-class ScheduleSpec:
-    """A schedule as the application's code declares it (``app.schedule``).
-
-    Exactly one of ``cron`` / ``every`` is set. ``payload`` and ``options`` are
-    JSON-encoded (``options``: enqueue options such as queue, priority,
-    attempts). ``fingerprint`` changes whenever any of these fields does.
-    """
-
-    name: str
-    task: str
-    payload: bytes
-    cron: str | None = None
-    every: float | None = None
-    timezone: str = "UTC"
-    start: float | None = None
-    end: float | None = None
-    limit: int | None = None
-    misfire: MisfirePolicy = MisfirePolicy.SKIP
-    options: bytes = b"{}"
-    fingerprint: str = ""
-
-
-@dataclass(slots=True)
-class ScheduleRecord:
-    """A stored schedule: its definition plus the state operators and schedulers change."""
-
-    spec: ScheduleSpec
-    cron: str | None
-    """The cron in force: the spec's, or an operator's ``set-cron`` override."""
-    every: float | None
-    """The interval in force (same rule as ``cron``)."""
-    paused: bool = False
-    next_fire_at: float | None = None
-    """POSIX time of the next slot; ``None`` when finished (``end`` passed or
-    ``limit`` reached)."""
-    fires: int = 0
-    last_fire_at: float | None = None
-    updated_at: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly view for the CLI and the HTTP API: times as POSIX
-        seconds, plus ``*_iso`` UTC strings; payload and options decoded."""
-        spec = self.spec
-        return {
-            "name": spec.name,
-            "task": spec.task,
-            "payload": _json_or_text(spec.payload),
-            "options": _json_or_text(spec.options),
-            "cron": self.cron,
-            "every": self.every,
-            "timezone": spec.timezone,
-            "declared_cron": spec.cron,
-            "declared_every": spec.every,
-            "overridden": (self.cron, self.every) != (spec.cron, spec.every),
-            "start": spec.start,
-            "end": spec.end,
-            "limit": spec.limit,
-            "misfire": spec.misfire.value,
-            "paused": self.paused,
-            "next_fire_at": self.next_fire_at,
-            "next_fire_iso": _iso(self.next_fire_at),
-            "fires": self.fires,
-            "last_fire_at": self.last_fire_at,
-            "last_fire_iso": _iso(self.last_fire_at),
-            "updated_at": self.updated_at,
-            "fingerprint": spec.fingerprint,
-        }
 
 
 def earlier_retry(job_id: str, retried_as: str, found: Sequence[Job]) -> Job:
@@ -364,50 +256,6 @@ def earlier_retry(job_id: str, retried_as: str, found: Sequence[Job]) -> Job:
     job = found[0]
     job.duplicate = True
     return job
-
-
-def _iso(when: float | None) -> str | None:
-    if when is None:
-        return None
-    return datetime.fromtimestamp(when, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _json_or_text(data: bytes) -> Any:
-    try:
-        return json.loads(data)
-    except ValueError:
-        return data.decode("utf-8", "replace")
-
-
-#: Upper bounds (seconds) of the job-duration histogram buckets; the last is +Inf.
-DURATION_BUCKETS: tuple[float, ...] = (
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-    float("inf"),
-)  # fmt: skip
-
-
-@dataclass(slots=True)
-class JobStat:
-    """Finished runs of one ``(task, queue, status)``: counts and durations.
-
-    Workers report increments; the backend adds them into cumulative totals
-    (``/metrics`` counters, never pruned) and into per-minute series (dashboard
-    throughput, pruned by age). ``buckets[i]`` counts runs with a duration
-    ``<= DURATION_BUCKETS[i]`` and above the previous bound (not cumulative).
-    """
-
-    task: str
-    queue: str
-    status: str
-    """``completed``, ``failed``, ``retried``, ``cancelled`` or ``expired``."""
-    count: int = 0
-    duration_sum: float = 0.0
-    buckets: list[int] = field(default_factory=lambda: [0] * len(DURATION_BUCKETS))
-    minute: float = 0.0
-    """Series rows: POSIX start of the minute (backend clock). Totals: 0."""
-
-
-COUNTED_STATES = tuple(JobState)
 
 
 class Backend(abc.ABC):
