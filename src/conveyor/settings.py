@@ -108,6 +108,9 @@ class Settings(BaseSettings):
     circuit_open_for: Duration = 60.0
     keep_completed: Retention = 86400.0
     keep_failed: Retention = 7 * 86400.0
+    dispatch: str | None = None
+    """A RabbitMQ URL (``amqp://``): the broker carries dispatch, the store keeps
+    the state (docs/explanation/rabbitmq.md). ``None``: workers wait on the store."""
     api_tokens: dict[str, list[Literal["read", "enqueue", "admin"]]] = Field(default_factory=dict)
 
     # Beyond the spec's keys: tuning knobs with safe defaults.
@@ -148,6 +151,15 @@ class Settings(BaseSettings):
     def _url_has_scheme(cls, value: str) -> str:
         if "://" not in value:
             raise ValueError("a backend URL looks like sqlite:///./conveyor.db or memory://")
+        return value
+
+    @field_validator("dispatch")
+    @classmethod
+    def _dispatch_is_amqp(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            return None
+        if value is not None and value.split("://", 1)[0].lower() not in ("amqp", "amqps"):
+            raise ValueError("a dispatch URL looks like amqp://guest:guest@127.0.0.1:5672/%2F")
         return value
 
     @field_validator("sqlite_synchronous", mode="before")

@@ -54,9 +54,12 @@ from conveyor.worker.running import Running
 from conveyor.worker.stats import StatsReporter
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Sequence
+    from collections.abc import Callable, Coroutine, Sequence
 
     from conveyor.runtime import Runtime
+
+    #: What the claim loop awaits between claims (queues, poll timeout).
+    WaitForWork = Callable[[Sequence[str], float], Coroutine[Any, Any, None]]
 
 logger = logging.getLogger("conveyor.worker")
 
@@ -135,6 +138,8 @@ class Worker:
         self._handoff_task: asyncio.Task[None] | None = None
         #: The shutdown gave the buffer back: jobs handed off later are released.
         self._released = False
+        #: The claim loop's wait for work; RabbitMQ dispatch puts its consumer's here.
+        self.wait_for_work: WaitForWork | None = None
 
     @property
     def prefetch(self) -> int:
@@ -206,6 +211,11 @@ class Worker:
         heartbeat = Heartbeat(backend, self.describe, self.settings.heartbeat_interval)
         self.stats = StatsReporter(backend, self.settings.stats_flush_interval)
         runtime.local_workers.attach(self)
+        dispatch = None
+        if self.settings.dispatch:
+            from conveyor.dispatch import start_worker_dispatch
+
+            dispatch = await start_worker_dispatch(self)
         if self.install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal, sig)
@@ -254,6 +264,8 @@ class Worker:
             await self._claim_loop()
         finally:
             await self._shutdown()
+            if dispatch is not None:
+                await dispatch.close()
             if self.install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     self._loop.remove_signal_handler(sig)
@@ -366,7 +378,8 @@ class Worker:
             if self._rate_limited:
                 poll = min(poll, 0.05)
             self._slot_free.clear()
-            await self._wait_for(backend.wait_for_work(self.queues, poll), self._slot_free.wait())
+            wait = self.wait_for_work or backend.wait_for_work
+            await self._wait_for(wait(self.queues, poll), self._slot_free.wait())
 
     def _take(self, result: ClaimResult, sent_at: float) -> None:
         """A claim's (or a handoff's) outcome; their leases started at ``sent_at``."""
