@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,7 +42,20 @@ def _remember(field: str) -> Callable[[click.Context, click.Parameter, Any], Non
     return callback
 
 
+def _export_dispatch(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    # Through the environment, so an --app's own Conveyor(...) takes it too.
+    if value:
+        os.environ["CONVEYOR_DISPATCH"] = value
+
+
 def url_option(f: F) -> F:
+    f = click.option(
+        "--dispatch",
+        metavar="AMQP_URL",
+        help="RabbitMQ URL that carries dispatch (default: $CONVEYOR_DISPATCH; none).",
+        expose_value=False,
+        callback=_export_dispatch,
+    )(f)
     return click.option(
         "--url",
         metavar="URL",
