@@ -1,0 +1,1 @@
+"""Testing tools for conveyor users and backend authors."""
