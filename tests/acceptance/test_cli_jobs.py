@@ -256,8 +256,8 @@ def test_url_works_on_the_group_and_on_the_subcommand(cli: Cli, tmp_path: Path) 
     job_id = cli.enqueue("add", {"a": 1, "b": 2})
     cli.env.pop("CONVEYOR_URL")
     cli.cwd = tmp_path
-    assert cli.json("jobs", "list") == []  # the default ./conveyor.db: nothing there
-    assert (tmp_path / "conveyor.db").exists()
+    cli.run("migrate")  # the default ./conveyor.db, empty
+    assert cli.json("jobs", "list") == []
     assert [job["id"] for job in cli.json("--url", cli.url, "jobs", "list")] == [job_id]
     assert [job["id"] for job in cli.json("jobs", "list", "--url", cli.url)] == [job_id]
     # the subcommand's --url wins over the group's
@@ -277,3 +277,36 @@ def test_the_worker_runs_on_the_loop_asked_for(cli: Cli, loop: str) -> None:
 def test_the_default_loop_is_uvloop_when_installed(cli: Cli) -> None:
     done = cli.run("worker", APP, "--burst", "--log-level", "info")
     assert "loop uvloop" in done.stderr
+
+
+READS = [
+    ["jobs", "list"],
+    ["jobs", "show", "0123456789abcdef0123456789"],
+    ["dlq", "list"],
+    ["queues"],
+    ["workers"],
+    ["schedules", "list"],
+]
+
+
+@pytest.mark.parametrize("args", READS)
+def test_a_read_of_a_missing_sqlite_file_is_an_error_and_creates_nothing(
+    cli: Cli, tmp_path: Path, args: list[str]
+) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "jobs.db"
+    done = cli.run(*args, "--url", f"sqlite:///{missing}", ok=False)
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"error: no database at {missing}")
+    assert "--url" in line
+    assert "CONVEYOR_URL" in line
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_read_without_url_does_not_create_the_default_database(cli: Cli, tmp_path: Path) -> None:
+    cli.env.pop("CONVEYOR_URL")
+    cli.cwd = tmp_path
+    done = cli.run("jobs", "list", ok=False)
+    assert done.returncode == 1
+    assert "no database at" in done.stderr
+    assert not (tmp_path / "conveyor.db").exists()

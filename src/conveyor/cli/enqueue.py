@@ -47,4 +47,4 @@ def enqueue_command(task: str, payload: Any, as_json: bool, **options: Any) -> N
                 err=True,
             )
 
-    run(go)
+    run(go, creates=True)
