@@ -208,6 +208,10 @@ BAD_INPUT = [
     (["worker", "apps.basic:not_an_app"], 2, "not a conveyor.Conveyor"),
     (["worker", "apps.basic"], 2, "module:attribute"),
     (["enqueue", "add", "--delay", "5x"], 2, "not a duration: '5x'"),
+    (["enqueue", "nosuch.task", "-p", "{}", "--app", APP], 2, "no task named 'nosuch.task'"),
+    (["enqueue", "add", "-p", "[1, 2]"], 2, "must be a JSON object"),
+    (["enqueue", "add", "-p", "[1, 2]", "--app", APP], 2, "not a list"),
+    (["enqueue", "add", "--priority", "urgent"], 2, "'urgent' is not an integer nor one of"),
     (["jobs", "list", "--url", "nosuch://x"], 2, "unknown backend scheme"),
     (["jobs", "list", "--url", "not-a-url"], 2, "url"),
     (["jobs", "show", "0123456789abcdef0123456789"], 1, "no job with id"),
@@ -310,3 +314,21 @@ def test_a_read_without_url_does_not_create_the_default_database(cli: Cli, tmp_p
     assert done.returncode == 1
     assert "no database at" in done.stderr
     assert not (tmp_path / "conveyor.db").exists()
+
+
+def test_enqueue_takes_priority_names_and_integers(cli: Cli) -> None:
+    for given, stored in [("high", 10), ("CRITICAL", 20), ("Low", -10), ("normal", 0), ("7", 7)]:
+        job_id = cli.enqueue("add", {"a": 1, "b": 2}, "--priority", given)
+        assert cli.job(job_id)["priority"] == stored, given
+
+
+def test_enqueue_without_app_accepts_any_task_name(cli: Cli) -> None:
+    job_id = cli.enqueue("elsewhere.task", {})
+    assert cli.job(job_id)["task"] == "elsewhere.task"
+    assert "--app" in cli.run("enqueue", "--help").stdout
+
+
+def test_a_refused_enqueue_stores_nothing(cli: Cli) -> None:
+    assert cli.run("enqueue", "nosuch.task", "--app", APP, ok=False).returncode == 2
+    assert cli.run("enqueue", "add", "-p", "[1, 2]", ok=False).returncode == 2
+    assert cli.json("jobs", "list") == []

@@ -156,7 +156,29 @@ class JsonValue(click.ParamType):  # type: ignore[type-arg]  # generic since cli
             )
 
 
+class PriorityValue(click.ParamType):  # type: ignore[type-arg]  # generic since click 8.5; subscripting breaks 8.1
+    """An integer, or a name of :class:`conveyor.Priority` in any case (``high``)."""
+
+    name = "priority"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        from conveyor.task import Priority
+
+        named = getattr(Priority, str(value).strip().upper(), None)
+        if isinstance(named, int):
+            return named
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(
+                f"{value!r} is not an integer nor one of critical, high, normal, low", param, ctx
+            )
+
+
 DURATION = Duration()
+PRIORITY = PriorityValue()
 JSON_VALUE = JsonValue()
 
 

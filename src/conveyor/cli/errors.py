@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from conveyor.errors import ConfigurationError, ConveyorError, MissingDependency
+from conveyor.errors import ConfigurationError, ConveyorError, MissingDependency, UnknownTask
 
 USAGE = 2
 RUNTIME = 1
@@ -46,7 +46,7 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
             isinstance(e, KeyboardInterrupt) for e in (exc, exc.__cause__, exc.__context__)
         )
         return "aborted", INTERRUPTED if ctrl_c else RUNTIME
-    if isinstance(exc, AppLoadError | ConfigurationError):
+    if isinstance(exc, AppLoadError | ConfigurationError | UnknownTask):
         return str(exc), USAGE
     if isinstance(exc, MissingDependency):
         return str(exc), RUNTIME
