@@ -332,3 +332,24 @@ def test_a_refused_enqueue_stores_nothing(cli: Cli) -> None:
     assert cli.run("enqueue", "nosuch.task", "--app", APP, ok=False).returncode == 2
     assert cli.run("enqueue", "add", "-p", "[1, 2]", ok=False).returncode == 2
     assert cli.json("jobs", "list") == []
+
+
+BAD_SETTINGS = [
+    ("CONVEYOR_LEASE", "abc", "lease (CONVEYOR_LEASE): not a duration: 'abc' (use seconds"),
+    ("CONVEYOR_API_TOKENS", "notjson", "'notjson' is not JSON; expected a JSON object"),
+    ("CONVEYOR_CONCURRENCY", "0", "concurrency (CONVEYOR_CONCURRENCY): '0': Input should be"),
+]
+COMMANDS = [["worker", APP], ["serve", APP], ["jobs", "list"], ["enqueue", "add"]]
+
+
+@pytest.mark.parametrize(("name", "value", "message"), BAD_SETTINGS)
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda args: args[0])
+def test_an_invalid_setting_is_one_line_naming_it_and_exit_2(
+    cli: Cli, name: str, value: str, message: str, args: list[str]
+) -> None:
+    cli.env[name] = value
+    done = cli.run(*args, ok=False)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: invalid configuration: ")
+    assert message in line
