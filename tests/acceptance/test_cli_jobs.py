@@ -353,3 +353,45 @@ def test_an_invalid_setting_is_one_line_naming_it_and_exit_2(
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: invalid configuration: ")
     assert message in line
+
+
+def without(module: str, *args: str) -> list[str]:
+    """The CLI in a process where ``module`` cannot be imported (a missing extra)."""
+    code = (
+        f"import sys; sys.modules[{module!r}] = None; sys.argv[0] = 'conveyor'; "
+        "from conveyor.cli.main import main; main()"
+    )
+    return [sys.executable, "-c", code, *args]
+
+
+MISSING_EXTRAS = [
+    ("uvloop", ["worker", APP, "--loop", "uvloop"], "pip install 'conveyor[uvloop]'"),
+    ("uvicorn", ["serve", APP], "pip install 'conveyor[server]'"),
+    ("asyncpg", ["jobs", "list", "--url", "postgresql://127.0.0.1/x"], "conveyor[postgres]"),
+    ("redis", ["jobs", "list", "--url", "redis://127.0.0.1:1/0"], "conveyor[redis]"),
+]
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "hint"), MISSING_EXTRAS, ids=[extra[0] for extra in MISSING_EXTRAS]
+)
+def test_a_missing_extra_is_one_line_and_exit_3(
+    cli: Cli, module: str, args: list[str], hint: str
+) -> None:
+    import subprocess
+
+    done = subprocess.run(
+        without(module, *args), cwd=cli.cwd, env=cli.env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 3, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: ")
+    assert hint in line
+
+
+def test_sigint_stops_the_worker_gracefully_with_exit_0(cli: Cli, tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    proc = cli.start("worker", APP, log=log)
+    wait_until(lambda: "started" in log.read_text())
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=20) == 0, log.read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 import sys
@@ -17,6 +18,7 @@ from conveyor.cli.common import split_list, state, url_option
 from conveyor.cli.errors import CommandFailed
 from conveyor.cli.loading import load_app
 from conveyor.durations import format_duration
+from conveyor.errors import MissingDependency
 from conveyor.job import ErrorInfo, Job
 from conveyor.loops import LOOP_NAMES, resolve_loop
 from conveyor.worker.worker import WorkerCrashed
@@ -115,7 +117,12 @@ def worker_command(
     url = state().url
     app = load_app(app_spec, url)
     app.backend  # noqa: B018  # builds (does not open) the backend: a bad URL fails here, once
-    resolve_loop(loop_name)  # uvloop asked for but missing: fail before anything starts
+    if loop_name == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise MissingDependency(  # a missing extra, as for the server or a backend: exit 3
+            "--loop uvloop: uvloop is not installed (pip install 'conveyor[uvloop]'), "
+            "or use --loop asyncio"
+        )
+    resolve_loop(loop_name)
     listen = split_list(queues)
     setup_logging(log_level)
     if processes > 1:
