@@ -96,7 +96,7 @@ def quiet_exit_server(base: type[Any]) -> type[Any]:
     """uvicorn's Server, except that a stop asked by SIGTERM/SIGINT exits 0 (as
     ``conveyor worker`` does) instead of re-raising the signal once shut down."""
 
-    class Server(base):  # type: ignore[misc,valid-type]  # uvicorn.Server, imported lazily
+    class Server(base):  # type: ignore[misc]  # uvicorn.Server, imported lazily
         @contextmanager
         def capture_signals(self) -> Iterator[None]:
             if threading.current_thread() is not threading.main_thread():
