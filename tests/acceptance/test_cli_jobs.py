@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import sys
@@ -395,3 +396,31 @@ def test_sigint_stops_the_worker_gracefully_with_exit_0(cli: Cli, tmp_path: Path
     wait_until(lambda: "started" in log.read_text())
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=20) == 0, log.read_text()
+
+
+def test_the_worker_lists_its_tasks_and_logs_each_completed_job(cli: Cli) -> None:
+    job_id = cli.enqueue("add", {"a": 1, "b": 2})
+    log = cli.run("worker", APP, "--burst").stderr
+    assert "5 task(s):" in log
+    assert re.search(r"mail\.send +queue emails, concurrency unlimited", log), log
+    assert re.search(rf"INFO +conveyor\.jobs: add {job_id} completed \(attempt 1\) in \d", log)
+
+    quiet_id = cli.enqueue("add", {"a": 1, "b": 2})
+    quiet = cli.run("worker", APP, "--burst", "--quiet").stderr
+    assert quiet_id not in quiet
+    assert "burst done: 1 job(s) processed" in quiet
+
+
+def test_the_last_line_after_sigterm_counts_finished_and_released_jobs(
+    cli: Cli, tmp_path: Path
+) -> None:
+    done_id = cli.enqueue("add", {"a": 1, "b": 2})
+    stuck_id = cli.enqueue("sleep", {"seconds": 60})
+    log = tmp_path / "w.log"
+    proc = cli.start("worker", APP, log=log)
+    wait_until(lambda: cli.job(stuck_id)["state"] == "active")
+    assert cli.job(done_id)["state"] == "completed"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    last = log.read_text().splitlines()[-1]
+    assert re.search(r"worker \S+ stopped: 1 job\(s\) finished, 1 released back to waiting", last)
