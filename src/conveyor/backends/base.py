@@ -42,6 +42,7 @@ from conveyor.backends.records import (
     ScheduleRecord,
     ScheduleSpec,
     WorkerInfo,
+    fit_buckets,
 )
 from conveyor.errors import InvalidStateError
 from conveyor.job import ErrorInfo, FailureReason, Job, JobState
@@ -75,6 +76,7 @@ __all__ = [
     "TransactionalEnqueue",
     "WorkerInfo",
     "earlier_retry",
+    "fit_buckets",
 ]
 
 
