@@ -408,6 +408,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def reset_circuit(self, task: str) -> None: ...
 
+    @abc.abstractmethod
+    async def clear_circuit_failures(self, task: str | None) -> None:
+        """Forget the failures counted by the *closed* circuit of ``task`` (of every
+        task when ``None``); an open or half-open circuit is left as it is."""
+
     # -- heartbeats --------------------------------------------------------
     @abc.abstractmethod
     async def record_heartbeat(self, worker: WorkerInfo) -> None:

@@ -219,6 +219,9 @@ class PostgresBackend(UpdateScheduleByChange, base.Backend):
 
     async def reset_circuit(self, task: str) -> None:
         await admin.reset_circuit(self.pool, self.q, task)
+
+    async def clear_circuit_failures(self, task: str | None) -> None:
+        await admin.clear_circuit_failures(self.pool, self.q, task)
         self._listener.notify_all()
 
     # -- heartbeats ----------------------------------------------------------
