@@ -22,6 +22,7 @@ from conveyor.server import api, dashboard, health, metrics, openapi
 from conveyor.server.auth import TokenAuth
 from conveyor.server.errors import error_response, handle_exception
 from conveyor.server.limits import BodySizeLimit
+from conveyor.server.sitecheck import SiteCheck
 from conveyor.server.state import ServerState
 from conveyor.settings import Settings
 
@@ -62,7 +63,10 @@ def create_app(conveyor_app: Conveyor, settings: Settings | None = None) -> Star
     routes: list[BaseRoute] = [*all_routes(), *dashboard.ROUTES]  # the web UI: not in OpenAPI
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)],
+        middleware=[
+            Middleware(SiteCheck, loopback_only=not state.auth.enabled),
+            Middleware(BodySizeLimit, max_bytes=settings.max_request_bytes),
+        ],
         exception_handlers={
             404: _not_found,
             405: _wrong_method,
