@@ -136,6 +136,10 @@ class Settings(BaseSettings):
     """Per-queue overrides: ``{"emails": {"max_waiting": 5000, "max_age": "10m"}}``."""
     max_request_bytes: int = Field(2 * 1024 * 1024, ge=1)
     """Largest HTTP request body the service reads; larger ones get 413."""
+    session_idle_timeout: Duration = 8 * 3600.0
+    """A dashboard session ends after this long without a request."""
+    session_max_age: Duration = 7 * 86400.0
+    """A dashboard session ends this long after its sign-in, used or not."""
     health_backend_latency: Duration = 0.1
     """``/health/backend`` is degraded when a ping takes longer than this."""
     stats_flush_interval: Duration = 5.0

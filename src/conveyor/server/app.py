@@ -20,6 +20,7 @@ from conveyor.app import Conveyor
 from conveyor.errors import BackendError
 from conveyor.server import api, dashboard, health, metrics, openapi
 from conveyor.server.auth import TokenAuth
+from conveyor.server.dashboard.session import SessionStore
 from conveyor.server.errors import error_response, handle_exception
 from conveyor.server.limits import BodySizeLimit
 from conveyor.server.sitecheck import SiteCheck
@@ -44,7 +45,8 @@ async def _wrong_method(request: Request, exc: Exception) -> Response:
 def create_app(conveyor_app: Conveyor, settings: Settings | None = None) -> Starlette:
     """The HTTP service for ``conveyor_app``; ``settings`` default to the app's."""
     settings = settings or conveyor_app.settings
-    state = ServerState(conveyor_app, settings, TokenAuth(settings.api_tokens))
+    sessions = SessionStore(settings.session_idle_timeout, settings.session_max_age)
+    state = ServerState(conveyor_app, settings, TokenAuth(settings.api_tokens), sessions)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -43,11 +43,11 @@ def _form(
 
 
 async def sign_in_form(request: Request) -> Response:
-    auth = state_of(request).auth
+    state = state_of(request)
     next_path = local_path(request.query_params.get("next"), "/")
-    if not auth.enabled:
+    if not state.auth.enabled:
         return redirect(request, next_path)
-    session = read_session(request, auth)
+    session = read_session(request, state.auth, state.sessions)
     if session is not None and session.can_read:
         return redirect(request, next_path)
     # A session id before sign-in, so the form carries a CSRF token as well.
@@ -56,10 +56,11 @@ async def sign_in_form(request: Request) -> Response:
 
 
 async def sign_in(request: Request) -> Response:
-    auth = state_of(request).auth
+    state = state_of(request)
+    auth = state.auth
     if not auth.enabled:
         return redirect(request, "/")
-    pre = read_session(request, auth)
+    pre = read_session(request, auth, state.sessions)
     try:
         form: Form = await read_form(request)
     except ApiError as exc:
@@ -79,14 +80,15 @@ async def sign_in(request: Request) -> Response:
         message = "This token lacks the 'read' scope, so it can't view the dashboard."
         return _form(request, pre, next_path, message, 403)
     # A new session id at sign-in: an id planted before it is worth nothing after.
-    session = Session(new_session_id(), token, scopes)
+    session = Session(state.sessions.open(token), token, scopes)
     response = redirect(request, next_path)
     store_session(request, response, session)
     return response
 
 
 async def sign_out(request: Request, session: Session, form: Form) -> Response:
-    auth = state_of(request).auth
-    response = redirect(request, "/sign-in" if auth.enabled else "/", "Signed out.")
+    state = state_of(request)
+    state.sessions.revoke(session.id)
+    response = redirect(request, "/sign-in" if state.auth.enabled else "/", "Signed out.")
     clear_session(request, response)
     return response
