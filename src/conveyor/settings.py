@@ -136,6 +136,10 @@ class Settings(BaseSettings):
     """Per-queue overrides: ``{"emails": {"max_waiting": 5000, "max_age": "10m"}}``."""
     max_request_bytes: int = Field(2 * 1024 * 1024, ge=1)
     """Largest HTTP request body the service reads; larger ones get 413."""
+    auth_free_failures: int = Field(5, ge=1)
+    """Wrong tokens one client address may present before it is slowed down."""
+    auth_lockout: Duration = 1.0
+    """The first wait after those; it doubles with each further wrong token (up to 5m)."""
     session_idle_timeout: Duration = 8 * 3600.0
     """A dashboard session ends after this long without a request."""
     session_max_age: Duration = 7 * 86400.0

@@ -47,10 +47,20 @@ def serve_command(app_spec: str, host: str, port: int, log_level: str) -> None:
         import uvicorn
 
         from conveyor.server import create_app
+        from conveyor.server.auth import weak_tokens
     except ImportError as exc:
         raise MissingDependency(
             f"conveyor serve needs the server extra: pip install 'conveyor[server]' ({exc})"
         ) from None
+    weak = weak_tokens(app.settings.api_tokens) if not is_loopback(host) else []
+    if weak:
+        fail(
+            f"refusing to bind {host}: {len(weak)} API token(s) ({', '.join(weak)}) are too "
+            "short to resist guessing from the network (need about 128 bits: 22 or more "
+            "random letters and digits). Make one with: python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'",
+            USAGE,
+        )
     setup_logging(log_level)
     config = uvicorn.Config(
         create_app(app),

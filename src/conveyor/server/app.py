@@ -25,6 +25,7 @@ from conveyor.server.errors import error_response, handle_exception
 from conveyor.server.limits import BodySizeLimit
 from conveyor.server.sitecheck import SiteCheck
 from conveyor.server.state import ServerState
+from conveyor.server.throttle import FailureThrottle
 from conveyor.settings import Settings
 
 logger = logging.getLogger("conveyor.server")
@@ -46,7 +47,9 @@ def create_app(conveyor_app: Conveyor, settings: Settings | None = None) -> Star
     """The HTTP service for ``conveyor_app``; ``settings`` default to the app's."""
     settings = settings or conveyor_app.settings
     sessions = SessionStore(settings.session_idle_timeout, settings.session_max_age)
-    state = ServerState(conveyor_app, settings, TokenAuth(settings.api_tokens), sessions)
+    throttle = FailureThrottle(settings.auth_free_failures, settings.auth_lockout)
+    auth = TokenAuth(settings.api_tokens, throttle)
+    state = ServerState(conveyor_app, settings, auth, sessions)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

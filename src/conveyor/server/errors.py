@@ -7,6 +7,7 @@ lets them propagate.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -20,17 +21,24 @@ logger = logging.getLogger("conveyor.server")
 class ApiError(Exception):
     """An answer other than success, with its status, a stable type and a message."""
 
-    def __init__(self, status: int, type_: str, message: str) -> None:
+    def __init__(
+        self, status: int, type_: str, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.type = type_
         self.message = message
+        self.headers = headers
 
 
-def error_response(status: int, type_: str, message: str) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+def error_response(
+    status: int, type_: str, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    every = dict(headers or {})
+    if status == 401:
+        every["WWW-Authenticate"] = "Bearer"
     return json_response(
-        {"error": {"type": type_, "message": message}}, status=status, headers=headers
+        {"error": {"type": type_, "message": message}}, status=status, headers=every or None
     )
 
 
@@ -52,7 +60,7 @@ _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
 
 def for_exception(exc: Exception) -> Response:
     if isinstance(exc, ApiError):
-        return error_response(exc.status, exc.type, exc.message)
+        return error_response(exc.status, exc.type, exc.message, exc.headers)
     for cls, status, type_ in _STATUS:
         if isinstance(exc, cls):
             if status >= 500:

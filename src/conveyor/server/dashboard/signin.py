@@ -22,15 +22,12 @@ from conveyor.server.dashboard.session import (
 )
 from conveyor.server.errors import ApiError
 from conveyor.server.routing import state_of
+from conveyor.server.throttle import client_of, retry_after
 
 logger = logging.getLogger("conveyor.server.dashboard")
 
 #: The longest token the form accepts (configured tokens are far shorter).
 MAX_TOKEN = 4096
-
-
-def _client(request: Request) -> str:
-    return request.client.host if request.client else "unknown address"
 
 
 def _form(
@@ -70,11 +67,19 @@ async def sign_in(request: Request) -> Response:
         fresh = Session(new_session_id(), "", frozenset())
         message = "The sign-in form expired (or cookies are off): please try again."
         return _form(request, fresh, next_path, message, 403)
+    client = client_of(request)
+    wait = auth.throttle.wait_for(client)
+    if wait > 0:
+        message = f"Too many wrong tokens: try again in {retry_after(wait)} s."
+        response = _form(request, pre, next_path, message, 429)
+        response.headers["Retry-After"] = retry_after(wait)
+        return response
     token = (form.get("token") or "")[: MAX_TOKEN + 1]
     scopes = scopes_for(auth, token) if 0 < len(token) <= MAX_TOKEN else None
     if scopes is None:
+        auth.throttle.failed(client)
         # Never the token itself: a mistyped secret is still a secret.
-        logger.warning("dashboard sign-in refused: unknown token (from %s)", _client(request))
+        logger.warning("dashboard sign-in refused: unknown token (from %s)", client)
         return _form(request, pre, next_path, "Unknown token.", 401)
     if Scope.READ not in scopes:
         message = "This token lacks the 'read' scope, so it can't view the dashboard."
