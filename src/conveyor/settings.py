@@ -124,6 +124,9 @@ class Settings(BaseSettings):
     cleanup_interval: Duration = 60.0
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
     sqlite_busy_timeout: Duration = 30.0
+    sqlite_file_mode: str = Field("0600", pattern=r"^0?[0-7]{3}$")
+    """Permissions (octal) of a SQLite database file conveyor creates, and so of
+    its -wal and -shm files: by default only its owner may read it."""
 
     # The HTTP service (``conveyor serve``) and the metrics it reads.
     min_workers: int = Field(0, ge=0)
