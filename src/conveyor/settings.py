@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     """Per-queue overrides: ``{"emails": {"max_waiting": 5000, "max_age": "10m"}}``."""
     max_request_bytes: int = Field(2 * 1024 * 1024, ge=1)
     """Largest HTTP request body the service reads; larger ones get 413."""
+    request_read_timeout: Duration = 30.0
+    """Longest wait for the next part of a request body; a slower client gets 408."""
+    max_connections: int = Field(1000, ge=1)
+    """Connections and requests ``conveyor serve`` handles at once; more get 503."""
     auth_free_failures: int = Field(5, ge=1)
     """Wrong tokens one client address may present before it is slowed down."""
     auth_lockout: Duration = 1.0

@@ -69,5 +69,9 @@ def serve_command(app_spec: str, host: str, port: int, log_level: str) -> None:
         log_level=log_level.lower(),
         log_config=None,  # keep conveyor's logging setup
         server_header=False,
+        # Idle keep-alive connections close after 5 s; past max_connections
+        # uvicorn answers 503 instead of piling up slow clients.
+        timeout_keep_alive=5,
+        limit_concurrency=app.settings.max_connections,
     )
     uvicorn.Server(config).run()

@@ -70,7 +70,11 @@ def create_app(conveyor_app: Conveyor, settings: Settings | None = None) -> Star
         routes=routes,
         middleware=[
             Middleware(SiteCheck, loopback_only=not state.auth.enabled),
-            Middleware(BodySizeLimit, max_bytes=settings.max_request_bytes),
+            Middleware(
+                BodySizeLimit,
+                max_bytes=settings.max_request_bytes,
+                read_timeout=settings.request_read_timeout,
+            ),
         ],
         exception_handlers={
             404: _not_found,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from conveyor import errors
@@ -59,6 +59,11 @@ _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
 
 
 def for_exception(exc: Exception) -> Response:
+    if isinstance(exc, ClientDisconnect):
+        # The client went away mid-request: nobody reads this answer, and it
+        # is no fault of the service.
+        logger.info("client disconnected before its request body was read")
+        return error_response(400, "client_disconnected", "the client went away")
     if isinstance(exc, ApiError):
         return error_response(exc.status, exc.type, exc.message, exc.headers)
     for cls, status, type_ in _STATUS:
