@@ -16,7 +16,10 @@ def parse_duration(value: float | int | str | timedelta) -> float:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an integer past the float range
+            raise ValueError(f"not a duration: {value!r} is out of range") from None
     elif isinstance(value, str):
         match = _PATTERN.match(value.lower())
         if not match:

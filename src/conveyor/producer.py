@@ -7,6 +7,7 @@ the hot path of ``enqueue_many``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -55,6 +56,38 @@ def check_task_known(tasks: Mapping[str, Task], name: str) -> None:
 
 #: Priorities every backend stores as they are (PostgreSQL: a 32-bit integer).
 PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
+#: Longest delay, TTL or timeout (100 years): beyond any real need, small
+#: enough that a store or a view can add it to a time and show the result.
+MAX_SECONDS = 100 * 365 * 86400.0
+#: Latest ``run_at``: the last second of year 9999, the end of ``datetime``.
+MAX_RUN_AT = 253_402_300_799.0
+#: Most attempts (PostgreSQL stores a 32-bit integer).
+MAX_ATTEMPTS = 2**31 - 1
+
+
+def _check_seconds(name: str, value: float | None, allow_zero: bool) -> None:
+    if value is None:
+        return
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not (math.isfinite(value) and low_ok and value <= MAX_SECONDS):
+        least = "0" if allow_zero else "more than 0"
+        raise ValueError(f"{name} must be {least} and at most 100 years (seconds), not {value!r}")
+
+
+def check_bounds(job: NewJob) -> NewJob:
+    """Refuse times no store or view can hold: every entry point (Python, CLI,
+    HTTP) builds its jobs here, so they all share these bounds."""
+    _check_seconds("delay", job.delay, allow_zero=True)
+    _check_seconds("timeout", job.timeout, allow_zero=False)
+    _check_seconds("ttl", job.ttl, allow_zero=False)
+    run_at = job.run_at
+    if run_at is not None and not (math.isfinite(run_at) and 0 < run_at <= MAX_RUN_AT):
+        raise ValueError(
+            f"run_at must be a POSIX time after 1970 and before year 10000, not {run_at!r}"
+        )
+    if not 1 <= job.max_attempts <= MAX_ATTEMPTS:
+        raise ValueError(f"attempts must be from 1 to {MAX_ATTEMPTS}, not {job.max_attempts}")
+    return job
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +98,15 @@ class _Defaults:
     timeout: float | None
     ttl: float | None
     idempotency_ttl: float
+
+
+def _exact_float(name: str, value: Any) -> float:
+    """``value`` as a float, refusing an integer a float cannot hold exactly."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a number or a datetime, not a bool")
+    if isinstance(value, int) and abs(value) > 2**53:
+        raise ValueError(f"{name} is out of range: {value}")
+    return float(value)
 
 
 class JobBuilder:
@@ -174,21 +216,23 @@ class JobBuilder:
         tenant = options.get("tenant")
         if tenant is not None and not isinstance(tenant, str):
             raise TypeError(f"tenant must be a string, not {type(tenant).__name__}")
-        return NewJob(
-            id=job_id,
-            task=task,
-            queue=queue,
-            payload=data,
-            priority=priority if priority is not None else d.priority,
-            max_attempts=attempts or d.max_attempts,
-            timeout=parse_duration(timeout) if timeout is not None else None,
-            delay=parse_duration(options.get("delay") or 0),
-            run_at=float(run_at) if run_at is not None else None,
-            ttl=parse_duration(ttl) if ttl is not None else None,
-            idempotency_key=key,
-            idempotency_ttl=_positive_duration("idempotency_ttl", options, d.idempotency_ttl),
-            tenant=tenant,
-            metadata=serialization.dumps(metadata) if metadata else None,
+        return check_bounds(
+            NewJob(
+                id=job_id,
+                task=task,
+                queue=queue,
+                payload=data,
+                priority=priority if priority is not None else d.priority,
+                max_attempts=attempts or d.max_attempts,
+                timeout=parse_duration(timeout) if timeout is not None else None,
+                delay=parse_duration(options.get("delay") or 0),
+                run_at=_exact_float("run_at", run_at) if run_at is not None else None,
+                ttl=parse_duration(ttl) if ttl is not None else None,
+                idempotency_key=key,
+                idempotency_ttl=_positive_duration("idempotency_ttl", options, d.idempotency_ttl),
+                tenant=tenant,
+                metadata=serialization.dumps(metadata) if metadata else None,
+            )
         )
 
 

@@ -130,6 +130,9 @@ class Settings(BaseSettings):
     cleanup_interval: Duration = 60.0
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
     sqlite_busy_timeout: Duration = 30.0
+    sqlite_file_mode: str = Field("0600", pattern=r"^0?[0-7]{3}$")
+    """Permissions (octal) of a SQLite database file conveyor creates, and so of
+    its -wal and -shm files: by default only its owner may read it."""
 
     # The HTTP service (``conveyor serve``) and the metrics it reads.
     min_workers: int = Field(0, ge=0)
@@ -142,6 +145,18 @@ class Settings(BaseSettings):
     """Per-queue overrides: ``{"emails": {"max_waiting": 5000, "max_age": "10m"}}``."""
     max_request_bytes: int = Field(2 * 1024 * 1024, ge=1)
     """Largest HTTP request body the service reads; larger ones get 413."""
+    request_read_timeout: Duration = 30.0
+    """Longest wait for the next part of a request body; a slower client gets 408."""
+    max_connections: int = Field(1000, ge=1)
+    """Connections and requests ``conveyor serve`` handles at once; more get 503."""
+    auth_free_failures: int = Field(5, ge=1)
+    """Wrong tokens one client address may present before it is slowed down."""
+    auth_lockout: Duration = 1.0
+    """The first wait after those; it doubles with each further wrong token (up to 5m)."""
+    session_idle_timeout: Duration = 8 * 3600.0
+    """A dashboard session ends after this long without a request."""
+    session_max_age: Duration = 7 * 86400.0
+    """A dashboard session ends this long after its sign-in, used or not."""
     health_backend_latency: Duration = 0.1
     """``/health/backend`` is degraded when a ping takes longer than this."""
     stats_flush_interval: Duration = 5.0

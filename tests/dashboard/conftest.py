@@ -38,7 +38,9 @@ async def serve(tmp_path: Path) -> AsyncIterator[Serve]:
         web = create_app(app)
         lifespan = web.router.lifespan_context(web)
         await lifespan.__aenter__()
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=web), base_url="http://t")
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=web), base_url="http://localhost"
+        )
         opened.append((lifespan, client))
         return app, client
 

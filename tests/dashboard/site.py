@@ -70,7 +70,8 @@ def free_port() -> int:
 
 
 class Site:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None) -> None:
+        self.extra_env = env or {}
         self.url = f"sqlite:///{workdir / 'jobs.db'}"
         self.log_path = workdir / "serve.log"
         self.port = free_port()
@@ -81,6 +82,7 @@ class Site:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
         env["CONVEYOR_URL"] = self.url
         env["CONVEYOR_API_TOKENS"] = json.dumps(TOKENS)
+        env.update(self.extra_env)
         with self.log_path.open("a") as log:
             self.proc = subprocess.Popen(
                 [*SERVE, "--port", str(self.port), "--log-level", "warning"],

@@ -378,3 +378,37 @@ def test_charts_show_data_after_a_restart_and_update_live(
     toggle.click()
     expect(toggle).to_have_attribute("aria-pressed", "false")
     expect(page.locator('[data-total="waiting"]')).to_have_text(str(before + 6), timeout=10_000)
+
+
+def test_wrong_sign_ins_are_throttled_and_sign_out_revokes_the_cookie(
+    browser: Browser, tmp_path: Path
+) -> None:
+    own = Site(tmp_path, env={"CONVEYOR_AUTH_FREE_FAILURES": "2", "CONVEYOR_AUTH_LOCKOUT": "1"})
+    own.start()
+    try:
+        tab = Tab(browser, own.base)
+        page = tab.page
+        page.goto("/sign-in")
+        for expected in ("Unknown token.", "Unknown token.", "Too many wrong tokens"):
+            page.get_by_label("API token").fill("not-a-token")
+            page.get_by_role("button", name="Sign in").click()
+            expect(page.get_by_role("alert")).to_contain_text(expected)
+        page.get_by_label("API token").fill(ADMIN)
+        page.get_by_role("button", name="Sign in").click()  # locked out: even the right one
+        expect(page.get_by_role("alert")).to_contain_text("Too many wrong tokens")
+        page.wait_for_timeout(1200)
+        page = tab.sign_in(ADMIN)
+        cookie = next(c for c in tab.context.cookies() if c["name"] == "conveyor_session")
+        assert ADMIN not in cookie["value"]
+        assert own.api(cookie["value"], "GET", "/api/v1/queues").status_code == 401
+        page.get_by_role("button", name="Sign out").click()
+        expect(page).to_have_url(re.compile(r"/sign-in$"))
+
+        thief = Tab(browser, own.base)  # replays the cookie copied before sign-out
+        thief.context.add_cookies([cookie])  # type: ignore[list-item]
+        thief.page.goto("/queues")
+        expect(thief.page).to_have_url(re.compile(r"/sign-in\?next=%2Fqueues$"))
+        thief.close()
+        tab.close()
+    finally:
+        own.stop()

@@ -578,7 +578,7 @@ async def test_mounted_under_a_prefix_links_forms_and_cookie_follow_it(tmp_path:
     outer = Starlette(routes=[Mount("/ops", app=inner)])
     async with inner.router.lifespan_context(inner):
         transport = httpx.ASGITransport(app=outer)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             first = await client.get("/ops/queues")
             assert first.headers["location"] == "/ops/sign-in?next=%2Fqueues"
             form = await client.get("/ops/sign-in")

@@ -195,7 +195,11 @@ async def test_oversized_body_is_413_and_stores_nothing(serve: Serve) -> None:
         for i in range(0, len(data), 100):
             yield data[i : i + 100]
 
-    streamed = await client.post("/api/v1/jobs", content=chunks(), headers=auth(ENQUEUE))
+    streamed = await client.post(
+        "/api/v1/jobs",
+        content=chunks(),
+        headers={**auth(ENQUEUE), "Content-Type": "application/json"},
+    )
     assert streamed.status_code == 413
     assert await app.count_jobs() == 0
     small = await client.post("/api/v1/jobs", json={"task": "add"}, headers=auth(ENQUEUE))

@@ -176,3 +176,18 @@ def test_schemathesis_finds_no_server_error(server: str) -> None:
                 continue
             tested += 1
     assert tested >= 40
+
+
+def test_refuses_to_bind_a_public_address_with_a_guessable_token(tmp_path: Path) -> None:
+    done = subprocess.run(
+        serve_command("--host", "0.0.0.0", "--port", str(free_port())),
+        cwd=HERE,
+        env=env_for(f"sqlite:///{tmp_path / 'jobs.db'}", TOKENS),  # "read-token"...
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "too short to resist guessing" in done.stderr
+    assert READ not in done.stderr  # the message never shows a token

@@ -165,7 +165,10 @@ class ScheduleRecord:
 def _iso(when: float | None) -> str | None:
     if when is None:
         return None
-    return datetime.fromtimestamp(when, UTC).isoformat().replace("+00:00", "Z")
+    try:
+        return datetime.fromtimestamp(when, UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return None  # a stored time no calendar holds (from before enqueue bounded it)
 
 
 def _json_or_text(data: bytes) -> Any:

@@ -55,10 +55,20 @@ def serve_command(app_spec: str, host: str, port: int, log_level: str) -> None:
         import uvicorn
 
         from conveyor.server import create_app
+        from conveyor.server.auth import weak_tokens
     except ImportError as exc:
         raise MissingDependency(
             f"conveyor serve needs the server extra: pip install 'conveyor[server]' ({exc})"
         ) from None
+    weak = weak_tokens(app.settings.api_tokens) if not is_loopback(host) else []
+    if weak:
+        fail(
+            f"refusing to bind {host}: {len(weak)} API token(s) ({', '.join(weak)}) are too "
+            "short to resist guessing from the network (need about 128 bits: 22 or more "
+            "random letters and digits). Make one with: python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'",
+            USAGE,
+        )
     listening = listen(host, port)
     setup_logging(log_level)
     config = uvicorn.Config(
@@ -68,6 +78,10 @@ def serve_command(app_spec: str, host: str, port: int, log_level: str) -> None:
         log_level=log_level.lower(),
         log_config=None,  # keep conveyor's logging setup
         server_header=False,
+        # Idle keep-alive connections close after 5 s; past max_connections
+        # uvicorn answers 503 instead of piling up slow clients.
+        timeout_keep_alive=5,
+        limit_concurrency=app.settings.max_connections,
     )
     bound = listening.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host

@@ -20,9 +20,12 @@ from conveyor.app import Conveyor
 from conveyor.errors import BackendError
 from conveyor.server import api, dashboard, health, metrics, openapi
 from conveyor.server.auth import TokenAuth
+from conveyor.server.dashboard.session import SessionStore
 from conveyor.server.errors import error_response, handle_exception
 from conveyor.server.limits import BodySizeLimit
+from conveyor.server.sitecheck import SiteCheck
 from conveyor.server.state import ServerState
+from conveyor.server.throttle import FailureThrottle
 from conveyor.settings import Settings
 
 logger = logging.getLogger("conveyor.server")
@@ -43,7 +46,10 @@ async def _wrong_method(request: Request, exc: Exception) -> Response:
 def create_app(conveyor_app: Conveyor, settings: Settings | None = None) -> Starlette:
     """The HTTP service for ``conveyor_app``; ``settings`` default to the app's."""
     settings = settings or conveyor_app.settings
-    state = ServerState(conveyor_app, settings, TokenAuth(settings.api_tokens))
+    sessions = SessionStore(settings.session_idle_timeout, settings.session_max_age)
+    throttle = FailureThrottle(settings.auth_free_failures, settings.auth_lockout)
+    auth = TokenAuth(settings.api_tokens, throttle)
+    state = ServerState(conveyor_app, settings, auth, sessions)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -62,7 +68,14 @@ def create_app(conveyor_app: Conveyor, settings: Settings | None = None) -> Star
     routes: list[BaseRoute] = [*all_routes(), *dashboard.ROUTES]  # the web UI: not in OpenAPI
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)],
+        middleware=[
+            Middleware(SiteCheck, loopback_only=not state.auth.enabled),
+            Middleware(
+                BodySizeLimit,
+                max_bytes=settings.max_request_bytes,
+                read_timeout=settings.request_read_timeout,
+            ),
+        ],
         exception_handlers={
             404: _not_found,
             405: _wrong_method,

@@ -7,8 +7,9 @@ lets them propagate.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from conveyor import errors
@@ -20,17 +21,24 @@ logger = logging.getLogger("conveyor.server")
 class ApiError(Exception):
     """An answer other than success, with its status, a stable type and a message."""
 
-    def __init__(self, status: int, type_: str, message: str) -> None:
+    def __init__(
+        self, status: int, type_: str, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.type = type_
         self.message = message
+        self.headers = headers
 
 
-def error_response(status: int, type_: str, message: str) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+def error_response(
+    status: int, type_: str, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
+    every = dict(headers or {})
+    if status == 401:
+        every["WWW-Authenticate"] = "Bearer"
     return json_response(
-        {"error": {"type": type_, "message": message}}, status=status, headers=headers
+        {"error": {"type": type_, "message": message}}, status=status, headers=every or None
     )
 
 
@@ -51,8 +59,13 @@ _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
 
 
 def for_exception(exc: Exception) -> Response:
+    if isinstance(exc, ClientDisconnect):
+        # The client went away mid-request: nobody reads this answer, and it
+        # is no fault of the service.
+        logger.info("client disconnected before its request body was read")
+        return error_response(400, "client_disconnected", "the client went away")
     if isinstance(exc, ApiError):
-        return error_response(exc.status, exc.type, exc.message)
+        return error_response(exc.status, exc.type, exc.message, exc.headers)
     for cls, status, type_ in _STATUS:
         if isinstance(exc, cls):
             if status >= 500:

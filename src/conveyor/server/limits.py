@@ -1,7 +1,11 @@
 """The request-body size limit (``max_request_bytes``): larger bodies get 413
-before the endpoint runs, whether they announce a Content-Length or stream."""
+before the endpoint runs, whether they announce a Content-Length or stream.
+A body that trickles in slower than ``request_read_timeout`` per chunk gets
+408, so a slow client cannot hold a connection and a task forever."""
 
 from __future__ import annotations
+
+import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -17,10 +21,18 @@ class BodyTooLarge(ApiError):
         )
 
 
+class BodyTooSlow(ApiError):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            408, "request_timeout", f"no part of the request body came for {seconds:g} s"
+        )
+
+
 class BodySizeLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, read_timeout: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.read_timeout = read_timeout
 
     def _refusal(self) -> ASGIApp:
         refusal = BodyTooLarge(self.max_bytes)
@@ -44,7 +56,11 @@ class BodySizeLimit:
 
         async def counted_receive() -> Message:
             nonlocal seen
-            message = await receive()
+            try:
+                async with asyncio.timeout(self.read_timeout):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTooSlow(self.read_timeout) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
@@ -62,3 +78,6 @@ class BodySizeLimit:
         except BodyTooLarge:
             if not started:
                 await self._refusal()(scope, receive, send)
+        except BodyTooSlow as slow:
+            if not started:
+                await error_response(slow.status, slow.type, slow.message)(scope, receive, send)

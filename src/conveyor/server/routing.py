@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from conveyor.server.auth import Scope
 from conveyor.server.errors import ApiError, for_exception
+from conveyor.server.sitecheck import SAFE_METHODS
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
@@ -39,6 +40,8 @@ def guarded(scope: Scope | None, endpoint: Endpoint) -> Endpoint:
         try:
             if scope is not None:
                 state_of(request).auth.check(request, scope)
+            if request.method not in SAFE_METHODS and "content-type" in request.headers:
+                require_json(request)  # even where no body is read
             return await endpoint(request)
         except Exception as exc:
             return for_exception(exc)
@@ -51,7 +54,24 @@ def route(path: str, endpoint: Endpoint, method: str, scope: Scope | None) -> Ro
     return Route(path, guarded(scope, endpoint), methods=[method], name=endpoint.__name__)
 
 
+def _is_json(request: Request) -> bool:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )
+
+
+def require_json(request: Request) -> None:
+    """A body that is not declared JSON is refused (415): a cross-site form or a
+    ``text/plain`` fetch cannot declare it without a CORS preflight."""
+    if not _is_json(request):
+        raise ApiError(
+            415, "unsupported_media_type", "the body must be sent as Content-Type: application/json"
+        )
+
+
 async def read_json(request: Request) -> Any:
+    require_json(request)
     body = await request.body()
     if not body.strip():
         raise ApiError(400, "invalid_json", "the request needs a JSON body")

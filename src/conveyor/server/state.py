@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from conveyor.server.auth import TokenAuth
+from conveyor.server.dashboard.session import SessionStore
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
@@ -17,4 +18,5 @@ class ServerState:
     app: Conveyor
     settings: Settings
     auth: TokenAuth
+    sessions: SessionStore
     started: bool = False

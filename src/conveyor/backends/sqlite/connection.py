@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
 import random
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, LiteralString, TypeVar, TypeVarTuple
 
 from conveyor.backends.sqlite.queries import P
@@ -59,6 +61,22 @@ def translate(exc: sqlite3.Error, path: object) -> BackendError:
     if isinstance(code, int) and (code & 0xFF) in _UNAVAILABLE_CODES:
         return BackendUnavailable(f"SQLite database {path} is unavailable: {exc}")
     return BackendError(f"SQLite error on {path}: {exc}")
+
+
+def _create_private(path: Path, mode: int) -> None:
+    """Create the database file with ``mode`` before SQLite does (it would use
+    0644 less the umask); SQLite gives the -wal and -shm files the database
+    file's mode. An existing file keeps its mode."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise BackendUnavailable(f"cannot create {path}: {exc}") from exc
+    try:
+        os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask
+    finally:
+        os.close(fd)
 
 
 class _Op:
@@ -322,6 +340,7 @@ class ThreadConnection:
             raise BackendUnavailable(
                 f"cannot create the folder of {self.options.path}: {exc}"
             ) from exc
+        _create_private(self.options.path, self.options.file_mode)
         conn = sqlite3.connect(
             self.options.path,
             timeout=self.options.busy_timeout,  # sets SQLite's busy_timeout

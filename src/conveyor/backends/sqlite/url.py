@@ -23,6 +23,17 @@ class SQLiteOptions:
     synchronous: Synchronous
     busy_timeout: float
     """Seconds a write may wait for the lock before BackendUnavailable."""
+    file_mode: int = 0o600
+    """Permissions of a database file this backend creates (SQLite gives its
+    -wal and -shm files the same)."""
+
+
+def parse_file_mode(value: str) -> int:
+    """``"0600"`` / ``"640"`` -> the mode; raises ``ValueError`` for anything else."""
+    mode = int(value, 8)
+    if not 0 <= mode <= 0o777:
+        raise ValueError(f"{value!r} is not a file mode such as 0600")
+    return mode
 
 
 def parse_url(url: str, settings: Settings | None = None) -> SQLiteOptions:
@@ -58,6 +69,7 @@ def parse_url(url: str, settings: Settings | None = None) -> SQLiteOptions:
 
     synchronous: str = defaults.sqlite_synchronous
     busy_timeout = float(defaults.sqlite_busy_timeout)
+    file_mode = parse_file_mode(defaults.sqlite_file_mode)
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key == "synchronous":
             synchronous = value.upper()
@@ -70,10 +82,20 @@ def parse_url(url: str, settings: Settings | None = None) -> SQLiteOptions:
                 busy_timeout = parse_duration(value)
             except ValueError as exc:
                 raise ConfigurationError(f"url: busy_timeout: {exc}") from None
+        elif key == "file_mode":
+            try:
+                file_mode = parse_file_mode(value)
+            except ValueError:
+                raise ConfigurationError(
+                    f"url: file_mode={value!r} is not an octal file mode such as 0600"
+                ) from None
         else:
             raise ConfigurationError(
-                f"url: unknown SQLite option {key!r} (known: synchronous, busy_timeout)"
+                f"url: unknown SQLite option {key!r} (known: synchronous, busy_timeout, file_mode)"
             )
     return SQLiteOptions(
-        path=path, synchronous=cast(Synchronous, synchronous), busy_timeout=busy_timeout
+        path=path,
+        synchronous=cast(Synchronous, synchronous),
+        busy_timeout=busy_timeout,
+        file_mode=file_mode,
     )

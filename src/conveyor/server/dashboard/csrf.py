@@ -1,6 +1,5 @@
 """CSRF tokens: one per session, derived from the session's secret id and its API
-token, so nothing is stored server-side and a restart of ``conveyor serve``
-keeps every open form valid. Only a page of this origin can read the token (it
+token, so no CSRF token is stored server-side. Only a page of this origin can read the token (it
 is in the HTML; the session cookie itself is HttpOnly); a forged request from
 another site has neither. Compared in constant time.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlsplit
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from conveyor.server.errors import ApiError
 
@@ -37,7 +37,10 @@ async def read_form(request: Request) -> Form:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
         raise ApiError(415, "unsupported_media_type", "a form post is expected")
-    body = await request.body()
+    try:
+        body = await request.body()
+    except ClientDisconnect:
+        raise ApiError(400, "client_disconnected", "the client went away") from None
     try:
         text = body.decode("utf-8")
         pairs = parse_qsl(

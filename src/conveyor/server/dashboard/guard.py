@@ -46,9 +46,9 @@ def error_page(request: Request, session: Session | None, status: int, message: 
 def current_session(request: Request) -> tuple[Session | None, bool]:
     """The request's session, and whether it is new (its cookie must be set).
     With no API token configured everyone is admin, in a session made on first visit."""
-    auth = state_of(request).auth
-    session = read_session(request, auth)
-    if not auth.enabled and session is None:
+    state = state_of(request)
+    session = read_session(request, state.auth, state.sessions)
+    if not state.auth.enabled and session is None:
         return Session(new_session_id(), "", frozenset(Scope)), True
     return session, False
 

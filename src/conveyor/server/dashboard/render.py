@@ -38,7 +38,7 @@ SECURITY_HEADERS = {
 
 def ago(seconds: float | None) -> str:
     """``"42s"``, ``"5m 3s"``, ``"2h 10m"``, ``"3d 4h"``."""
-    if seconds is None:
+    if seconds is None or not math.isfinite(seconds):
         return "—"
     s = max(0, int(seconds))
     if s < 60:
@@ -50,16 +50,24 @@ def ago(seconds: float | None) -> str:
     return f"{s // 86400}d {s % 86400 // 3600}h"
 
 
+def _moment(when: float) -> datetime | None:
+    """``when`` as a UTC time; ``None`` for a stored value no calendar holds."""
+    try:
+        return datetime.fromtimestamp(when, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 def utc(when: float | None) -> str:
     if when is None:
         return "—"
-    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    moment = _moment(when)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else f"{when:g} (out of range)"
 
 
 def iso(when: float | None) -> str:
-    if when is None:
-        return ""
-    return datetime.fromtimestamp(when, UTC).isoformat()
+    moment = _moment(when) if when is not None else None
+    return moment.isoformat() if moment else ""
 
 
 def seconds(value: float | None) -> str:

@@ -1,19 +1,23 @@
-"""The dashboard session: the API token a user pasted into the sign-in form,
-kept in an HttpOnly, SameSite=Strict cookie (Secure over https), next to a
-random session id that keys the CSRF token.
+"""The dashboard session: a random session id in an HttpOnly, SameSite=Strict
+cookie (Secure over https); the API token the user signed in with stays on the
+server, in a :class:`SessionStore` keyed by that id.
 
-Nothing is stored server-side: every request checks the cookie's token against
-``settings.api_tokens`` with the API's own :class:`TokenAuth`, so removing a
-token from the configuration signs its sessions out at the next request, and a
-restart of ``conveyor serve`` signs nobody out. Before sign-in the cookie holds
-only a session id, so the sign-in form itself carries a CSRF token too.
+So a stolen cookie is not an API token (it works on no ``/api/v1`` endpoint),
+signing out revokes it at once, and it expires: after
+``session_idle_timeout`` without a request and ``session_max_age`` after sign-in.
+Every request still checks the stored token against ``settings.api_tokens``
+with the API's own :class:`TokenAuth`, so removing a token from the
+configuration signs its sessions out at the next request. The store lives in
+the ``conveyor serve`` process: a restart signs everybody out. Before sign-in
+the cookie holds a session id the store does not know, which keys the CSRF
+token of the sign-in form.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import secrets
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -23,6 +27,8 @@ from conveyor.server.auth import Scope, TokenAuth
 from conveyor.server.dashboard.csrf import csrf_token
 
 COOKIE = "conveyor_session"
+#: Signed-in sessions kept at most; the least recently used go first.
+MAX_SESSIONS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +52,48 @@ class Session:
         return Scope.ADMIN in self.scopes
 
 
+@dataclass(slots=True)
+class _Entry:
+    token: str
+    started: float
+    seen: float
+
+
+class SessionStore:
+    """Signed-in sessions of this process: id -> API token, with expiry."""
+
+    def __init__(self, idle_timeout: float, max_age: float) -> None:
+        self.idle_timeout = idle_timeout
+        self.max_age = max_age
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+
+    def open(self, token: str) -> str:
+        """A new session id for ``token``."""
+        session_id = new_session_id()
+        now = time.monotonic()
+        self._entries[session_id] = _Entry(token, now, now)
+        while len(self._entries) > MAX_SESSIONS:
+            self._entries.popitem(last=False)
+        return session_id
+
+    def token_of(self, session_id: str) -> str | None:
+        """The token of a live session (and the session is used now); ``None``
+        for an unknown, revoked or expired id."""
+        entry = self._entries.get(session_id)
+        if entry is None:
+            return None
+        now = time.monotonic()
+        if now - entry.seen > self.idle_timeout or now - entry.started > self.max_age:
+            del self._entries[session_id]
+            return None
+        entry.seen = now
+        self._entries.move_to_end(session_id)
+        return entry.token
+
+    def revoke(self, session_id: str) -> None:
+        self._entries.pop(session_id, None)
+
+
 def scopes_for(auth: TokenAuth, token: str) -> frozenset[Scope] | None:
     """The scopes ``token`` grants (all of them when no token is configured);
     ``None`` for an unknown token."""
@@ -55,38 +103,27 @@ def scopes_for(auth: TokenAuth, token: str) -> frozenset[Scope] | None:
 
 
 def new_session_id() -> str:
-    return secrets.token_urlsafe(24)
+    return secrets.token_urlsafe(32)
 
 
-def _encode(session_id: str, token: str) -> str:
-    # Unpadded base64: the value needs no quoting in a cookie.
-    encoded = base64.urlsafe_b64encode(token.encode()).rstrip(b"=").decode()
-    return f"{session_id}.{encoded}"
+def _valid_id(value: str) -> bool:
+    return 16 <= len(value) <= 128 and all(c.isalnum() or c in "-_" for c in value)
 
 
-def _decode(value: str) -> tuple[str, str] | None:
-    session_id, dot, encoded = value.partition(".")
-    if not dot or len(session_id) < 16:
-        return None
-    try:
-        token = base64.urlsafe_b64decode(encoded.encode() + b"=" * (-len(encoded) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    return session_id, token
-
-
-def read_session(request: Request, auth: TokenAuth) -> Session | None:
+def read_session(request: Request, auth: TokenAuth, store: SessionStore) -> Session | None:
     """The request's session, or ``None`` without a (well-formed) cookie. A
-    cookie whose token is unknown now reads as signed out (same session id)."""
-    raw = request.cookies.get(COOKIE)
-    decoded = _decode(raw) if raw else None
-    if decoded is None:
+    session the store does not know, or whose token is unknown now, reads as
+    signed out (same session id)."""
+    session_id = request.cookies.get(COOKIE, "")
+    if not _valid_id(session_id):
         return None
-    session_id, token = decoded
-    scopes = scopes_for(auth, token) if token or not auth.enabled else None
-    if scopes is None:
+    if not auth.enabled:
+        return Session(session_id, "", frozenset(Scope))
+    token = store.token_of(session_id)
+    scopes = scopes_for(auth, token) if token else None
+    if token is None or scopes is None:
         return Session(session_id, "", frozenset())
-    return Session(session_id, token if auth.enabled else "", scopes)
+    return Session(session_id, token, scopes)
 
 
 def cookie_path(request: Request) -> str:
@@ -97,7 +134,7 @@ def cookie_path(request: Request) -> str:
 def store_session(request: Request, response: Response, session: Session) -> None:
     response.set_cookie(
         COOKIE,
-        _encode(session.id, session.token),
+        session.id,
         path=cookie_path(request),
         httponly=True,
         samesite="strict",

@@ -22,15 +22,12 @@ from conveyor.server.dashboard.session import (
 )
 from conveyor.server.errors import ApiError
 from conveyor.server.routing import state_of
+from conveyor.server.throttle import client_of, retry_after
 
 logger = logging.getLogger("conveyor.server.dashboard")
 
 #: The longest token the form accepts (configured tokens are far shorter).
 MAX_TOKEN = 4096
-
-
-def _client(request: Request) -> str:
-    return request.client.host if request.client else "unknown address"
 
 
 def _form(
@@ -43,11 +40,11 @@ def _form(
 
 
 async def sign_in_form(request: Request) -> Response:
-    auth = state_of(request).auth
+    state = state_of(request)
     next_path = local_path(request.query_params.get("next"), "/")
-    if not auth.enabled:
+    if not state.auth.enabled:
         return redirect(request, next_path)
-    session = read_session(request, auth)
+    session = read_session(request, state.auth, state.sessions)
     if session is not None and session.can_read:
         return redirect(request, next_path)
     # A session id before sign-in, so the form carries a CSRF token as well.
@@ -56,10 +53,11 @@ async def sign_in_form(request: Request) -> Response:
 
 
 async def sign_in(request: Request) -> Response:
-    auth = state_of(request).auth
+    state = state_of(request)
+    auth = state.auth
     if not auth.enabled:
         return redirect(request, "/")
-    pre = read_session(request, auth)
+    pre = read_session(request, auth, state.sessions)
     try:
         form: Form = await read_form(request)
     except ApiError as exc:
@@ -69,24 +67,33 @@ async def sign_in(request: Request) -> Response:
         fresh = Session(new_session_id(), "", frozenset())
         message = "The sign-in form expired (or cookies are off): please try again."
         return _form(request, fresh, next_path, message, 403)
+    client = client_of(request)
+    wait = auth.throttle.wait_for(client)
+    if wait > 0:
+        message = f"Too many wrong tokens: try again in {retry_after(wait)} s."
+        response = _form(request, pre, next_path, message, 429)
+        response.headers["Retry-After"] = retry_after(wait)
+        return response
     token = (form.get("token") or "")[: MAX_TOKEN + 1]
     scopes = scopes_for(auth, token) if 0 < len(token) <= MAX_TOKEN else None
     if scopes is None:
+        auth.throttle.failed(client)
         # Never the token itself: a mistyped secret is still a secret.
-        logger.warning("dashboard sign-in refused: unknown token (from %s)", _client(request))
+        logger.warning("dashboard sign-in refused: unknown token (from %s)", client)
         return _form(request, pre, next_path, "Unknown token.", 401)
     if Scope.READ not in scopes:
         message = "This token lacks the 'read' scope, so it can't view the dashboard."
         return _form(request, pre, next_path, message, 403)
     # A new session id at sign-in: an id planted before it is worth nothing after.
-    session = Session(new_session_id(), token, scopes)
+    session = Session(state.sessions.open(token), token, scopes)
     response = redirect(request, next_path)
     store_session(request, response, session)
     return response
 
 
 async def sign_out(request: Request, session: Session, form: Form) -> Response:
-    auth = state_of(request).auth
-    response = redirect(request, "/sign-in" if auth.enabled else "/", "Signed out.")
+    state = state_of(request)
+    state.sessions.revoke(session.id)
+    response = redirect(request, "/sign-in" if state.auth.enabled else "/", "Signed out.")
     clear_session(request, response)
     return response
