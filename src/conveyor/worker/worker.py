@@ -102,6 +102,8 @@ class Worker:
         self.install_signals = install_signals
         self.maintenance = maintenance
         self.processed = 0
+        #: Runs given back to waiting (shutdown): not finished, attempt not spent.
+        self.released = 0
         self.active: dict[str, Running] = {}
         #: Claimed, not started yet (prefetch); ``_next`` holds their order.
         self.buffered: dict[str, Running] = {}
@@ -460,11 +462,14 @@ class Worker:
         try:
             settlement = await self.executor.execute(run)
             if settlement is not None:
-                if settlement.outcome is Outcome.COMPLETE:
+                outcome = settlement.outcome
+                if outcome is Outcome.COMPLETE:
                     self._prefetch.completed()
+                elif outcome is Outcome.RELEASE:
+                    self.released += 1
                 self.acker.add(settlement, job)
                 duration = time.perf_counter() - started
-                self.stats.add_outcome(job.task, job.queue, settlement.outcome, duration)
+                self.stats.add_outcome(job.task, job.queue, outcome, duration)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug in conveyor itself: leave the job to the stall reaper
