@@ -3,16 +3,18 @@ results, failure policies, cancel, and the checks made before anything is stored
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import pytest
 from worker_fixtures import Stack, running
 
 from conveyor import (
+    Conveyor,
     FailureReason,
     InvalidWorkflow,
     JobFailed,
     JobState,
+    Task,
     WorkflowState,
     chain,
     chord,
@@ -22,7 +24,15 @@ from conveyor.context import JobContext
 from conveyor.job import DependencyPolicy
 
 
-def arithmetic(stack: Stack) -> Any:
+@dataclass
+class Tasks:
+    number: Task
+    total: Task
+    double: Task
+    boom: Task
+
+
+def arithmetic(stack: Stack) -> tuple[Conveyor, Tasks]:
     app = stack.app()
 
     @app.task("number")
@@ -42,12 +52,12 @@ def arithmetic(stack: Stack) -> Any:
     async def boom(ctx: JobContext) -> None:
         raise RuntimeError("boom")
 
-    return app, number, total, double, boom
+    return app, Tasks(number, total, double, boom)
 
 
 async def test_a_chain_passes_each_result_on(stack: Stack) -> None:
-    app, number, total, double, _ = arithmetic(stack)
-    workflow = await app.start(chain(number.step(n=3), double.step(), double.step()))
+    app, t = arithmetic(stack)
+    workflow = await app.start(chain(t.number.step(n=3), t.double.step(), t.double.step()))
     assert [job.state for job in workflow.jobs] == [
         JobState.WAITING,
         JobState.BLOCKED,
@@ -64,9 +74,9 @@ async def test_a_chain_passes_each_result_on(stack: Stack) -> None:
 
 
 async def test_a_chord_reads_every_result_of_its_group_in_order(stack: Stack) -> None:
-    app, number, total, _, _ = arithmetic(stack)
-    members = [number.step(n=n) for n in range(1, 51)]
-    workflow = await app.start(chord(group(*members), total.step()))
+    app, t = arithmetic(stack)
+    members = [t.number.step(n=n) for n in range(1, 51)]
+    workflow = await app.start(chord(group(*members), t.total.step()))
     assert len(workflow.jobs) == 51
     async with running(app, concurrency=8):
         assert await workflow.wait(timeout=30) == sum(range(1, 51))
@@ -75,10 +85,10 @@ async def test_a_chord_reads_every_result_of_its_group_in_order(stack: Stack) ->
 
 
 async def test_nesting_a_group_of_chains_into_a_chord(stack: Stack) -> None:
-    app, number, total, double, _ = arithmetic(stack)
+    app, t = arithmetic(stack)
     flow = chord(
-        [chain(number.step(n=1), double.step()), chain(number.step(n=5), double.step())],
-        total.step(),
+        [chain(t.number.step(n=1), t.double.step()), chain(t.number.step(n=5), t.double.step())],
+        t.total.step(),
     )
     workflow = await app.start(flow)
     async with running(app):
@@ -86,9 +96,9 @@ async def test_nesting_a_group_of_chains_into_a_chord(stack: Stack) -> None:
 
 
 async def test_a_failed_step_cancels_what_waits_on_it(stack: Stack) -> None:
-    app, number, total, _, boom = arithmetic(stack)
+    app, t = arithmetic(stack)
     workflow = await app.start(
-        chord(group(number.step(n=1), app.step("boom", attempts=1)), total.step())
+        chord(group(t.number.step(n=1), app.step("boom", attempts=1)), t.total.step())
     )
     async with running(app):
         with pytest.raises(JobFailed):
@@ -100,8 +110,8 @@ async def test_a_failed_step_cancels_what_waits_on_it(stack: Stack) -> None:
 
 
 async def test_depends_on_with_policy_run(stack: Stack) -> None:
-    app, number, total, _, boom = arithmetic(stack)
-    good = await number.enqueue(n=4)
+    app, t = arithmetic(stack)
+    good = await t.number.enqueue(n=4)
     bad = await app.enqueue("boom", attempts=1)
     after = await app.enqueue(
         "total", depends_on=[good, bad.id], on_dependency_failure=DependencyPolicy.RUN
@@ -114,19 +124,19 @@ async def test_depends_on_with_policy_run(stack: Stack) -> None:
 
 
 async def test_cancel_stops_every_unfinished_step(stack: Stack) -> None:
-    app, number, _, double, _ = arithmetic(stack)
-    workflow = await app.start(chain(number.step(n=1), double.step(), double.step()))
+    app, t = arithmetic(stack)
+    workflow = await app.start(chain(t.number.step(n=1), t.double.step(), t.double.step()))
     assert await workflow.cancel() == 3
     assert workflow.state is WorkflowState.CANCELLED
     assert all(job.failure_reason is None for job in workflow.jobs)
 
 
 async def test_bad_workflows_store_nothing(stack: Stack) -> None:
-    app, number, _, _, _ = arithmetic(stack)
+    app, t = arithmetic(stack)
     with pytest.raises(InvalidWorkflow, match="nosuch"):
-        await app.start(chain(number.step(n=1), app.step("nosuch")))
+        await app.start(chain(t.number.step(n=1), app.step("nosuch")))
     with pytest.raises(InvalidWorkflow, match="no-such-job"):
-        await app.start(chain(number.step(n=1), app.step("total", depends_on=["no-such-job"])))
+        await app.start(chain(t.number.step(n=1), app.step("total", depends_on=["no-such-job"])))
     with pytest.raises(InvalidWorkflow):
         group()
     with pytest.raises(ValueError, match="on_dependency_failure"):
@@ -137,7 +147,7 @@ async def test_bad_workflows_store_nothing(stack: Stack) -> None:
 
 
 async def test_start_sync_from_sync_code(stack: Stack) -> None:
-    app, number, _, double, _ = arithmetic(stack)
-    workflow = app.start_sync(chain(number.step(n=2), double.step()))
+    app, t = arithmetic(stack)
+    workflow = app.start_sync(chain(t.number.step(n=2), t.double.step()))
     assert len(workflow.jobs) == 2
     assert workflow.jobs[1].depends_on == [workflow.jobs[0].id]
