@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# PostgreSQL and Redis for the test suite: use the ones already running on
-# 127.0.0.1:5432 / 127.0.0.1:6379, or start temporary ones on free ports and
-# stop them on exit.
+# PostgreSQL, Redis and RabbitMQ for the test suite: use the ones already running
+# on 127.0.0.1:5432 / 6379 / 5672, or start temporary ones on free ports (RabbitMQ:
+# a private node of Debian's rabbitmq-server) and stop them on exit.
 #
 #   scripts/services.sh -- COMMAND [ARGS...]   run COMMAND with the services up and
 #                                              CONVEYOR_TEST_POSTGRES_URL /
@@ -35,6 +35,9 @@ _OWN_PG_AS=()
 _OWN_REDIS_PORT=""
 _OWN_REDIS_PIDFILE=""
 _APT_UPDATED=""
+_OWN_RABBIT_NODE=""
+_OWN_RABBIT_ENV=()
+_OWN_RABBIT_PID=""
 
 _py() { command -v python3 || echo "$PY"; }
 
@@ -257,12 +260,82 @@ ensure_redis() {
     start_own_redis
 }
 
+# amqp_answers PORT: something speaks AMQP 0-9-1 on 127.0.0.1:PORT.
+amqp_answers() {
+    "$(_py)" - "$1" <<'EOF'
+import socket, sys
+try:
+    with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2) as s:
+        s.sendall(b"AMQP\x00\x00\x09\x01")
+        sys.exit(0 if s.recv(8)[:1] == b"\x01" else 1)  # a connection.start frame
+except OSError:
+    sys.exit(1)
+EOF
+}
+
+# A private RabbitMQ node (Debian's rabbitmq-server, as the rabbitmq user) on
+# free ports in the services dir: its own node name, data, logs and config.
+start_own_rabbitmq() {
+    local dir port dist i server
+    server="$(PATH="$PATH:/usr/sbin:/sbin" command -v rabbitmq-server || true)"
+    if [[ -z "$server" ]]; then
+        _apt_install rabbitmq-server "RabbitMQ (rabbitmq-server)"
+        server="$(PATH="$PATH:/usr/sbin:/sbin" command -v rabbitmq-server)"
+    fi
+    _services_dir
+    dir="$_SERVICES_DIR/rabbitmq"
+    mkdir -p "$dir/mnesia" "$dir/log"
+    port="$(free_port)"
+    dist="$(free_port)"
+    printf 'loopback_users = none\nlisteners.tcp.default = 127.0.0.1:%s\n' "$port" >"$dir/rabbitmq.conf"
+    echo '[].' >"$dir/enabled_plugins"
+    _OWN_RABBIT_NODE="conveyor-test-$$@localhost"
+    local as=()
+    if is_root; then
+        id rabbitmq >/dev/null 2>&1 ||
+            die "running as root, RabbitMQ needs the rabbitmq user (apt-get install rabbitmq-server creates it)"
+        chown -R rabbitmq "$dir"
+        as=("$(PATH="$PATH:/usr/sbin:/sbin" command -v runuser)" -u rabbitmq --)
+    fi
+    _OWN_RABBIT_ENV=("${as[@]}" env "RABBITMQ_NODENAME=$_OWN_RABBIT_NODE"
+        "RABBITMQ_NODE_PORT=$port" "RABBITMQ_DIST_PORT=$dist"
+        "RABBITMQ_MNESIA_BASE=$dir/mnesia" "RABBITMQ_LOG_BASE=$dir/log"
+        "RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf"
+        "RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins" "HOME=$dir")
+    log "starting a private RabbitMQ node on 127.0.0.1:$port in $dir"
+    setsid "${_OWN_RABBIT_ENV[@]}" "$server" >"$dir/server.log" 2>&1 &
+    _OWN_RABBIT_PID=$! # leads its own process group: stopped as a group
+    for i in $(seq 1 300); do
+        amqp_answers "$port" && break
+        [[ "$i" == 300 ]] && { cat "$dir/server.log" >&2; die "the private RabbitMQ does not answer"; }
+        sleep 0.1
+    done
+    export CONVEYOR_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F"
+}
+
+ensure_rabbitmq() {
+    local port="${CONVEYOR_AMQP_PORT:-5672}"
+    if [[ -z "${CONVEYOR_FORCE_OWN_SERVICES:-}" ]]; then
+        if [[ -n "${CONVEYOR_TEST_AMQP_URL:-}" ]]; then
+            log "RabbitMQ: using CONVEYOR_TEST_AMQP_URL=$CONVEYOR_TEST_AMQP_URL"
+            return 0
+        fi
+        if amqp_answers "$port"; then
+            export CONVEYOR_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F"
+            log "RabbitMQ: using the broker on 127.0.0.1:$port"
+            return 0
+        fi
+    fi
+    start_own_rabbitmq
+}
+
 services_up() {
     if [[ -n "${CONVEYOR_FORCE_OWN_SERVICES:-}" ]]; then
-        unset CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL
+        unset CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL CONVEYOR_TEST_AMQP_URL
     fi
     ensure_postgres
     ensure_redis
+    ensure_rabbitmq
 }
 
 # services_down: stop what services_up started (idempotent; safe from a trap).
@@ -278,6 +351,21 @@ services_down() {
         redis-cli -h 127.0.0.1 -p "$_OWN_REDIS_PORT" shutdown nosave >/dev/null 2>&1 ||
             { [[ -n "$pid" ]] && kill "$pid" 2>/dev/null; } || true
         _OWN_REDIS_PORT=""
+    fi
+    if [[ -n "$_OWN_RABBIT_NODE" ]]; then
+        local ctl
+        ctl="$(PATH="$PATH:/usr/sbin:/sbin" command -v rabbitmqctl || echo rabbitmqctl)"
+        if ! "${_OWN_RABBIT_ENV[@]}" "$ctl" -n "$_OWN_RABBIT_NODE" stop >/dev/null 2>&1; then
+            # SIGTERM stops a node cleanly too.
+            kill -TERM -- "-$_OWN_RABBIT_PID" 2>/dev/null ||
+                warn "could not stop the private RabbitMQ node $_OWN_RABBIT_NODE"
+            for _ in $(seq 1 100); do
+                kill -0 -- "-$_OWN_RABBIT_PID" 2>/dev/null || break
+                sleep 0.1
+            done
+        fi
+        _OWN_RABBIT_NODE=""
+        _OWN_RABBIT_PID=""
     fi
     if [[ -n "$_SERVICES_DIR" ]]; then
         if [[ -n "${CONVEYOR_KEEP_SERVICE_DIR:-}" ]]; then
@@ -297,6 +385,6 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
     trap 'exit 130' INT
     trap 'exit 143' TERM
     services_up
-    export CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL
+    export CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL CONVEYOR_TEST_AMQP_URL
     run_fg "$@"
 fi

@@ -51,10 +51,16 @@ class DeadLetters:
         Once per dead letter: retrying one that was retried before creates nothing
         and returns the job it was retried as, with ``duplicate=True`` (so a retry
         clicked twice never runs the work twice). Raises ``InvalidStateError``
-        when that job has since been deleted, or the job is not ``failed``."""
+        when that job has since been deleted, or the job is not ``failed``.
+
+        A retry also forgets the failures the task's circuit has counted while
+        it is closed (an open circuit stays open until it closes or is reset)."""
         backend = await self._runtime.connect()
         job = (await backend.retry_failed(job_id, new_id())).bind(self._runtime)
         if not job.duplicate:
+            # The operator acted on the failures: the retry starts the task's
+            # count of consecutive failures afresh (an open circuit stays open).
+            await backend.clear_circuit_failures(job.task)
             self._runtime.local_workers.wake()
         return job
 
@@ -76,6 +82,8 @@ class DeadLetters:
         """Delete dead letters matching every given filter; returns how many.
 
         ``older_than``: an age (``"7d"``, seconds, a timedelta) or a datetime.
+        Purging forgets the failures counted by the closed circuit of ``task``
+        (of every task when no task is given).
         """
         backend = await self._runtime.connect()
         before: float | None = None
@@ -91,4 +99,7 @@ class DeadLetters:
             reason=reason,
             finished_before=before,
         )
-        return await backend.purge_jobs(where)
+        purged = await backend.purge_jobs(where)
+        if purged:
+            await backend.clear_circuit_failures(task)  # every task's when no task is given
+        return purged

@@ -17,7 +17,7 @@ import orjson
 from conveyor import serialization
 from conveyor.backends.base import NewJob
 from conveyor.durations import parse_duration
-from conveyor.errors import PayloadTooLarge
+from conveyor.errors import PayloadTooLarge, UnknownTask
 from conveyor.ids import new_id
 from conveyor.job import DependencyPolicy, Job
 
@@ -42,6 +42,17 @@ ENQUEUE_OPTIONS = frozenset(
         "on_dependency_failure",
     }
 )
+
+
+def check_task_known(tasks: Mapping[str, Task], name: str) -> None:
+    """Refuse a task name that the app serving an enqueue does not know.
+
+    The HTTP API and ``conveyor enqueue --app`` check this: a job for a task that
+    no handler of the app runs would only dead-letter later as ``unknown_task``.
+    (A plain ``app.enqueue`` may target tasks registered in another process.)"""
+    if name not in tasks:
+        known = ", ".join(sorted(tasks)) or "none"
+        raise UnknownTask(f"no task named {name!r} is registered in the app (known: {known})")
 
 
 #: Priorities every backend stores as they are (PostgreSQL: a 32-bit integer).
@@ -88,6 +99,11 @@ class JobBuilder:
             data = orjson.dumps({} if payload is None else payload, option=orjson.OPT_NON_STR_KEYS)
         except TypeError:
             data = serialization.dumps(payload)  # raises the typed SerializationError
+        if data[0] != 0x7B:  # not "{": a handler gets the payload's keys as keyword arguments
+            raise ValueError(
+                f'the payload must be a JSON object (like {{"to": "a@b.c"}}), '
+                f"not {_json_kind(data)}"
+            )
         limit = self._settings.max_payload_bytes
         if len(data) > limit:
             raise PayloadTooLarge(len(data), limit)
@@ -196,3 +212,16 @@ def dependencies(options: Mapping[str, Any]) -> tuple[list[str], DependencyPolic
         raise ValueError(
             f"on_dependency_failure must be 'cancel' or 'run', not {policy!r}"
         ) from None
+
+
+def _json_kind(data: bytes) -> str:
+    first = data[:1]
+    if first == b"[":
+        return "a list"
+    if first == b'"':
+        return "a string"
+    if data in (b"true", b"false"):
+        return "a boolean"
+    if data == b"null":
+        return "null"
+    return "a number"

@@ -8,6 +8,8 @@ Durations accept seconds (``1.5``) or strings (``"250ms"``, ``"30s"``, ``"5m"``)
 from __future__ import annotations
 
 import os
+import re
+import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,6 +25,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
     YamlConfigSettingsSource,
 )
@@ -108,6 +111,9 @@ class Settings(BaseSettings):
     circuit_open_for: Duration = 60.0
     keep_completed: Retention = 86400.0
     keep_failed: Retention = 7 * 86400.0
+    dispatch: str | None = None
+    """A RabbitMQ URL (``amqp://``): the broker carries dispatch, the store keeps
+    the state (docs/explanation/rabbitmq.md). ``None``: workers wait on the store."""
     api_tokens: dict[str, list[Literal["read", "enqueue", "admin"]]] = Field(default_factory=dict)
 
     # Beyond the spec's keys: tuning knobs with safe defaults.
@@ -150,6 +156,15 @@ class Settings(BaseSettings):
             raise ValueError("a backend URL looks like sqlite:///./conveyor.db or memory://")
         return value
 
+    @field_validator("dispatch")
+    @classmethod
+    def _dispatch_is_amqp(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            return None
+        if value is not None and value.split("://", 1)[0].lower() not in ("amqp", "amqps"):
+            raise ValueError("a dispatch URL looks like amqp://guest:guest@127.0.0.1:5672/%2F")
+        return value
+
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod
     def _upper(cls, value: Any) -> Any:
@@ -175,7 +190,9 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build :class:`Settings`; invalid values raise :class:`ConfigurationError` naming the key."""
+    """Build :class:`Settings`; invalid values raise :class:`ConfigurationError` naming
+    the key, where its value came from (``CONVEYOR_LEASE``, the file), what is wrong
+    with it and what is expected."""
     clean = {k: v for k, v in overrides.items() if v is not None}
     try:
         return Settings(**clean)
@@ -183,6 +200,47 @@ def load_settings(**overrides: Any) -> Settings:
         problems = []
         for err in exc.errors():
             key = ".".join(str(part) for part in err["loc"]) or "settings"
+            top = str(err["loc"][0]) if err["loc"] else ""
             message = err["msg"].removeprefix("Value error, ")
-            problems.append(f"{key}: {message}")
+            if err["type"] == "extra_forbidden":
+                message = "not a conveyor setting"
+            value = err.get("input")
+            shown = repr(value)
+            if isinstance(value, str | int | float) and shown not in message:
+                message = f"{shown}: {message}"
+            problems.append(f"{key}{_origin(top, clean)}: {message}")
         raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None
+    except SettingsError as exc:  # a JSON-valued setting whose text is not JSON
+        found = re.search(r'field "(\w+)"', str(exc))
+        key = found.group(1) if found else "settings"
+        raw = os.environ.get(f"CONVEYOR_{key.upper()}")
+        got = f"{raw!r} is not JSON" if raw is not None else "not JSON"
+        example = JSON_EXAMPLES.get(key, "a JSON value")
+        raise ConfigurationError(
+            f"invalid configuration: {key}{_origin(key, clean)}: {got}; expected {example}"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(
+            f"invalid configuration: {_config_file(('.toml',))} is not valid TOML: {exc}"
+        ) from None
+
+
+#: The expected form of the settings given as JSON in an environment variable.
+JSON_EXAMPLES = {
+    "api_tokens": 'a JSON object of token to scopes, like {"<token>": ["read", "enqueue"]}',
+    "queue_thresholds": 'a JSON object, like {"emails": {"max_waiting": 5000, "max_age": "10m"}}',
+}
+
+
+def _origin(key: str, overrides: dict[str, Any]) -> str:
+    """`` (CONVEYOR_KEY)`` or `` (in conveyor.toml)`` when the value came from there."""
+    if not key or key in overrides:
+        return ""
+    env = f"CONVEYOR_{key.upper()}"
+    if any(name.upper() == env for name in os.environ):
+        return f" ({env})"
+    for suffixes in ((".toml",), (".yaml", ".yml")):
+        path = _config_file(suffixes)
+        if path is not None:
+            return f" (in {path.name})"
+    return ""

@@ -110,6 +110,8 @@ def clean_env(url: str) -> dict[str, str]:
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Iterator[Cli]:
+    # The store exists (empty) from the start: read commands refuse a missing file.
+    (tmp_path / "jobs.db").touch()
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     runner = Cli(url=url, cwd=HERE, env=clean_env(url))
     yield runner

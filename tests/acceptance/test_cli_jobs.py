@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import sys
@@ -208,6 +209,10 @@ BAD_INPUT = [
     (["worker", "apps.basic:not_an_app"], 2, "not a conveyor.Conveyor"),
     (["worker", "apps.basic"], 2, "module:attribute"),
     (["enqueue", "add", "--delay", "5x"], 2, "not a duration: '5x'"),
+    (["enqueue", "nosuch.task", "-p", "{}", "--app", APP], 2, "no task named 'nosuch.task'"),
+    (["enqueue", "add", "-p", "[1, 2]"], 2, "must be a JSON object"),
+    (["enqueue", "add", "-p", "[1, 2]", "--app", APP], 2, "not a list"),
+    (["enqueue", "add", "--priority", "urgent"], 2, "'urgent' is not an integer nor one of"),
     (["jobs", "list", "--url", "nosuch://x"], 2, "unknown backend scheme"),
     (["jobs", "list", "--url", "not-a-url"], 2, "url"),
     (["jobs", "show", "0123456789abcdef0123456789"], 1, "no job with id"),
@@ -256,8 +261,8 @@ def test_url_works_on_the_group_and_on_the_subcommand(cli: Cli, tmp_path: Path) 
     job_id = cli.enqueue("add", {"a": 1, "b": 2})
     cli.env.pop("CONVEYOR_URL")
     cli.cwd = tmp_path
-    assert cli.json("jobs", "list") == []  # the default ./conveyor.db: nothing there
-    assert (tmp_path / "conveyor.db").exists()
+    cli.run("migrate")  # the default ./conveyor.db, empty
+    assert cli.json("jobs", "list") == []
     assert [job["id"] for job in cli.json("--url", cli.url, "jobs", "list")] == [job_id]
     assert [job["id"] for job in cli.json("jobs", "list", "--url", cli.url)] == [job_id]
     # the subcommand's --url wins over the group's
@@ -277,3 +282,145 @@ def test_the_worker_runs_on_the_loop_asked_for(cli: Cli, loop: str) -> None:
 def test_the_default_loop_is_uvloop_when_installed(cli: Cli) -> None:
     done = cli.run("worker", APP, "--burst", "--log-level", "info")
     assert "loop uvloop" in done.stderr
+
+
+READS = [
+    ["jobs", "list"],
+    ["jobs", "show", "0123456789abcdef0123456789"],
+    ["dlq", "list"],
+    ["queues"],
+    ["workers"],
+    ["schedules", "list"],
+]
+
+
+@pytest.mark.parametrize("args", READS)
+def test_a_read_of_a_missing_sqlite_file_is_an_error_and_creates_nothing(
+    cli: Cli, tmp_path: Path, args: list[str]
+) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "jobs.db"
+    done = cli.run(*args, "--url", f"sqlite:///{missing}", ok=False)
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"error: no database at {missing}")
+    assert "--url" in line
+    assert "CONVEYOR_URL" in line
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_read_without_url_does_not_create_the_default_database(cli: Cli, tmp_path: Path) -> None:
+    cli.env.pop("CONVEYOR_URL")
+    cli.cwd = tmp_path
+    done = cli.run("jobs", "list", ok=False)
+    assert done.returncode == 1
+    assert "no database at" in done.stderr
+    assert not (tmp_path / "conveyor.db").exists()
+
+
+def test_enqueue_takes_priority_names_and_integers(cli: Cli) -> None:
+    for given, stored in [("high", 10), ("CRITICAL", 20), ("Low", -10), ("normal", 0), ("7", 7)]:
+        job_id = cli.enqueue("add", {"a": 1, "b": 2}, "--priority", given)
+        assert cli.job(job_id)["priority"] == stored, given
+
+
+def test_enqueue_without_app_accepts_any_task_name(cli: Cli) -> None:
+    job_id = cli.enqueue("elsewhere.task", {})
+    assert cli.job(job_id)["task"] == "elsewhere.task"
+    assert "--app" in cli.run("enqueue", "--help").stdout
+
+
+def test_a_refused_enqueue_stores_nothing(cli: Cli) -> None:
+    assert cli.run("enqueue", "nosuch.task", "--app", APP, ok=False).returncode == 2
+    assert cli.run("enqueue", "add", "-p", "[1, 2]", ok=False).returncode == 2
+    assert cli.json("jobs", "list") == []
+
+
+BAD_SETTINGS = [
+    ("CONVEYOR_LEASE", "abc", "lease (CONVEYOR_LEASE): not a duration: 'abc' (use seconds"),
+    ("CONVEYOR_API_TOKENS", "notjson", "'notjson' is not JSON; expected a JSON object"),
+    ("CONVEYOR_CONCURRENCY", "0", "concurrency (CONVEYOR_CONCURRENCY): '0': Input should be"),
+]
+COMMANDS = [["worker", APP], ["serve", APP], ["jobs", "list"], ["enqueue", "add"]]
+
+
+@pytest.mark.parametrize(("name", "value", "message"), BAD_SETTINGS)
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda args: args[0])
+def test_an_invalid_setting_is_one_line_naming_it_and_exit_2(
+    cli: Cli, name: str, value: str, message: str, args: list[str]
+) -> None:
+    cli.env[name] = value
+    done = cli.run(*args, ok=False)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: invalid configuration: ")
+    assert message in line
+
+
+def without(module: str, *args: str) -> list[str]:
+    """The CLI in a process where ``module`` cannot be imported (a missing extra)."""
+    code = (
+        f"import sys; sys.modules[{module!r}] = None; sys.argv[0] = 'conveyor'; "
+        "from conveyor.cli.main import main; main()"
+    )
+    return [sys.executable, "-c", code, *args]
+
+
+MISSING_EXTRAS = [
+    ("uvloop", ["worker", APP, "--loop", "uvloop"], "pip install 'conveyor[uvloop]'"),
+    ("uvicorn", ["serve", APP], "pip install 'conveyor[server]'"),
+    ("asyncpg", ["jobs", "list", "--url", "postgresql://127.0.0.1/x"], "conveyor[postgres]"),
+    ("redis", ["jobs", "list", "--url", "redis://127.0.0.1:1/0"], "conveyor[redis]"),
+]
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "hint"), MISSING_EXTRAS, ids=[extra[0] for extra in MISSING_EXTRAS]
+)
+def test_a_missing_extra_is_one_line_and_exit_3(
+    cli: Cli, module: str, args: list[str], hint: str
+) -> None:
+    import subprocess
+
+    done = subprocess.run(
+        without(module, *args), cwd=cli.cwd, env=cli.env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 3, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: ")
+    assert hint in line
+
+
+def test_sigint_stops_the_worker_gracefully_with_exit_0(cli: Cli, tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    proc = cli.start("worker", APP, log=log)
+    wait_until(lambda: "started" in log.read_text())
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=20) == 0, log.read_text()
+
+
+def test_the_worker_lists_its_tasks_and_logs_each_completed_job(cli: Cli) -> None:
+    job_id = cli.enqueue("add", {"a": 1, "b": 2})
+    log = cli.run("worker", APP, "--burst").stderr
+    assert "5 task(s):" in log
+    assert re.search(r"mail\.send +queue emails, concurrency unlimited", log), log
+    assert re.search(rf"INFO +conveyor\.jobs: add {job_id} completed \(attempt 1\) in \d", log)
+
+    quiet_id = cli.enqueue("add", {"a": 1, "b": 2})
+    quiet = cli.run("worker", APP, "--burst", "--quiet").stderr
+    assert quiet_id not in quiet
+    assert "burst done: 1 job(s) processed" in quiet
+
+
+def test_the_last_line_after_sigterm_counts_finished_and_released_jobs(
+    cli: Cli, tmp_path: Path
+) -> None:
+    done_id = cli.enqueue("add", {"a": 1, "b": 2})
+    stuck_id = cli.enqueue("sleep", {"seconds": 60})
+    log = tmp_path / "w.log"
+    proc = cli.start("worker", APP, log=log)
+    wait_until(lambda: cli.job(stuck_id)["state"] == "active")
+    assert cli.job(done_id)["state"] == "completed"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    last = log.read_text().splitlines()[-1]
+    assert re.search(r"worker \S+ stopped: 1 job\(s\) finished, 1 released back to waiting", last)

@@ -616,3 +616,46 @@ async def test_charts_count_new_runs_at_once(serve: Serve) -> None:
     await app.drain()
     # The day's older minutes are read once a minute; the last hour every time.
     assert await totals() == [("hour", 11, 6), ("day", 11, 6)]
+
+
+async def test_empty_cells_all_show_one_em_dash(serve: Serve) -> None:
+    app, client = await signed_in(serve, ADMIN)
+    seeded = await seed(app)
+    bare = re.compile(r"<(td|dd)\b[^>]*>\s*(-|\u2013|&ndash;)?\s*</(td|dd)>")
+    for path in [*PAGES, f"/jobs/{seeded.failed_ids[0]}", "/dead-letters?retried=show"]:
+        page = (await client.get(path)).text
+        found = [m.group(0) for m in bare.finditer(page)]
+        assert not found, (path, found)
+
+
+async def test_a_retry_of_a_purged_job_shows_it_gone_without_a_link(serve: Serve) -> None:
+    app, client = await signed_in(serve, ADMIN)
+    seeded = await seed(app)
+    failed_id = seeded.failed_ids[0]
+    copy = await app.dlq.retry(failed_id)
+    await app.dlq.delete(failed_id)
+    page = (await client.get(f"/jobs/{copy.id}")).text
+    assert f'href="/jobs/{failed_id}"' not in page
+    assert failed_id in page
+    assert "gone" in page
+
+
+async def test_the_pager_counts_the_rows_shown_when_retried_ones_are_hidden(serve: Serve) -> None:
+    app, client = await signed_in(serve, ADMIN)
+    seeded = await seed(app)
+    await app.dlq.retry(seeded.failed_ids[0])
+    page = (await client.get("/dead-letters")).text
+    assert page.count('name="id" value=') == 5
+    pager = re.search(r'<nav class="pager"[^>]*>\s*<span>([^<]*)</span>', page)
+    assert pager is not None
+    assert "5 shown" in pager.group(1), pager.group(1)
+    assert "1 retried hidden" in pager.group(1), pager.group(1)
+
+
+async def test_task_names_never_break_mid_word(serve: Serve) -> None:
+    _, client = await signed_in(serve, ADMIN)
+    css = (await client.get("/static/dashboard/dashboard.css")).text
+    rule = re.search(r"\n\.task \{([^}]*)\}", css)
+    assert rule is not None
+    assert "anywhere" not in rule.group(1)
+    assert "nowrap" in rule.group(1)

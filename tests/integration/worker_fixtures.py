@@ -18,7 +18,7 @@ from typing import Any
 from conveyor.app import Conveyor
 from conveyor.job import Job
 from conveyor.worker.worker import Worker
-from support.kits import KITS, BackendKit
+from support.kits import KITS, UrlKit
 
 #: Small settings so that stalls, polls and grace periods take moments. Not the
 #: lease: a host pause longer than a short one makes the worker cancel its own
@@ -45,7 +45,7 @@ class Stack:
     name: str
     tmp_path: Path
     apps: list[Conveyor] = field(default_factory=list)
-    kit: BackendKit = field(init=False)
+    kit: UrlKit = field(init=False)
 
     def __post_init__(self) -> None:
         self.kit = KITS[self.name](self.tmp_path)

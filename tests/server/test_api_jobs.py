@@ -156,6 +156,8 @@ async def test_bad_input_is_a_4xx_with_a_clear_message_and_stores_nothing(
         (b'{"task": "add", "surprise": 1}', 422, "invalid_body", "surprise"),
         (b'{"task": "add", "delay": "soon"}', 422, "invalid_value", "soon"),
         (b'{"task": "nope"}', 422, "unknown_task", "nope"),
+        (b'{"task": "add", "payload": [1, 2]}', 422, "invalid_value", "JSON object"),
+        (b'{"task": "add", "payload": "a@b.c"}', 422, "invalid_value", "not a string"),
     ]
     for body, status, type_, words in cases:
         response = await client.post("/api/v1/jobs", content=body, headers=headers)

@@ -46,18 +46,18 @@ def serve_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "conveyor", "serve", APP, *args]
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[str]:
-    """A ``conveyor serve`` process on a free port; its base URL."""
+def start_server(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """A ``conveyor serve`` process on a free port, answering: it, its base URL, its log."""
     port = free_port()
-    log = (tmp_path / "serve.log").open("w")
-    proc = subprocess.Popen(
-        serve_command("--port", str(port), "--log-level", "warning"),
-        cwd=HERE,
-        env=env_for(f"sqlite:///{tmp_path / 'jobs.db'}", TOKENS),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            serve_command("--port", str(port), "--log-level", "warning"),
+            cwd=HERE,
+            env=env_for(f"sqlite:///{tmp_path / 'jobs.db'}", TOKENS),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while True:
@@ -66,19 +66,51 @@ def server(tmp_path: Path) -> Iterator[str]:
                 break
         except httpx.TransportError:
             pass
-        assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+        assert proc.poll() is None, log_path.read_text()
         assert time.monotonic() < deadline, "conveyor serve did not start in 20 s"
         time.sleep(0.05)
+    return proc, base, log_path
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    """A ``conveyor serve`` process on a free port; its base URL."""
+    proc, base, log_path = start_server(tmp_path)
     try:
         yield base
     finally:
         proc.terminate()
         code = proc.wait(timeout=10)
-        log.close()
-    text = (tmp_path / "serve.log").read_text()
-    # uvicorn shuts down gracefully, then re-raises the signal it caught.
-    assert code in (0, -signal.SIGTERM), text
+    text = log_path.read_text()
+    assert code == 0, text  # a graceful stop after SIGTERM, as the worker's
     assert "Traceback" not in text, text
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_serve_gracefully_with_exit_0(tmp_path: Path, sig: signal.Signals) -> None:
+    proc, _, log_path = start_server(tmp_path)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=10) == 0, log_path.read_text()
+
+
+def test_a_port_in_use_is_one_error_line_and_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            serve_command("--port", str(port)),
+            cwd=HERE,
+            env=env_for(f"sqlite:///{tmp_path / 'jobs.db'}", TOKENS),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        f"error: cannot listen on 127.0.0.1:{port}: the port is already in use"
+    ]
 
 
 def test_serve_binds_a_free_port_and_answers(server: str) -> None:

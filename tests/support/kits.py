@@ -1,8 +1,9 @@
-"""One :class:`BackendKit` per backend: how a test gets a fresh, real store.
+"""One kit per backend of this package: how a test gets a fresh, real store.
 
 Both the conformance suite and the in-process worker suite take their backends
-from here, so a new backend plugs in at one place: subclass :class:`BackendKit`
-and add it to :data:`KITS`.
+from here, so a new backend plugs in at one place: subclass :class:`UrlKit` (a
+:class:`conveyor.testing.conformance.BackendKit` reached by URL) and add it to
+:data:`KITS`.
 
 Select backends with ``CONVEYOR_TEST_BACKENDS`` (comma list; default: every
 kit). A kit that needs a server (PostgreSQL, Redis) reads its URL from the
@@ -21,19 +22,17 @@ from typing import Any
 import pytest
 
 from conveyor.backends.base import Backend
+from conveyor.backends.registry import backend_from_url
+from conveyor.testing.conformance.kit import BackendKit
 from support.services import service_url
 
 #: Not JSON: what a corrupt row's payload column holds.
 CORRUPT = b"{this is not json"
 
 
-class BackendKit:
-    """How the suites drive one kind of backend; one instance per test."""
-
-    name: str
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
+class UrlKit(BackendKit):
+    """A kit for a backend of this package, reached by URL: also how the worker
+    suite builds apps (``Conveyor(kit.shared_url())``)."""
 
     def url(self) -> str:
         """A URL for a fresh, empty store for this test."""
@@ -43,15 +42,14 @@ class BackendKit:
         """A URL that any number of backend instances (apps) open onto one store."""
         raise NotImplementedError
 
-    async def corrupt_payload(self, backend: Backend, job_id: str) -> None:
-        """Overwrite the stored payload of ``job_id`` with bytes that are not JSON."""
-        raise NotImplementedError
+    def backend(self) -> Backend:
+        return backend_from_url(self.url())
 
-    async def cleanup(self) -> None:
-        """Forget whatever this test's stores left behind."""
+    def shared_backend(self) -> Backend:
+        return backend_from_url(self.shared_url())
 
 
-class MemoryKit(BackendKit):
+class MemoryKit(UrlKit):
     name = "memory"
 
     def __init__(self, tmp_path: Path) -> None:
@@ -75,7 +73,7 @@ class MemoryKit(BackendKit):
         drop_memory_store(self.store_name)
 
 
-class SQLiteKit(BackendKit):
+class SQLiteKit(UrlKit):
     name = "sqlite"
 
     @property
@@ -94,7 +92,7 @@ class SQLiteKit(BackendKit):
             assert cursor.rowcount == 1, f"no row for job {job_id} in {self.path}"
 
 
-class RedisKit(BackendKit):
+class RedisKit(UrlKit):
     """Each test on its own key prefix of the shared server; its keys are
     deleted afterwards (SCAN on the prefix, never FLUSHDB)."""
 
@@ -141,7 +139,7 @@ class RedisKit(BackendKit):
             await client.aclose()
 
 
-class PostgresKit(BackendKit):
+class PostgresKit(UrlKit):
     """Each test in its own schema of the shared server, dropped (CASCADE) afterwards."""
 
     name = "postgres"
@@ -180,7 +178,7 @@ class PostgresKit(BackendKit):
             await conn.close()
 
 
-KITS: dict[str, type[BackendKit]] = {
+KITS: dict[str, type[UrlKit]] = {
     kit.name: kit for kit in (MemoryKit, SQLiteKit, RedisKit, PostgresKit)
 }
 

@@ -37,3 +37,17 @@ def test_good_options_pass_through() -> None:
     new = build(idempotency_key="k-1", tenant="", priority="-5")
     assert (new.idempotency_key, new.tenant, new.priority) == ("k-1", "", -5)
     assert build(priority=2**31 - 1).priority == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "kind"),
+    [([1, 2], "a list"), ("x", "a string"), (3, "a number"), (True, "a boolean")],
+)
+def test_a_payload_that_is_not_a_json_object_is_refused(payload: Any, kind: str) -> None:
+    builder = JobBuilder(load_settings(), {})
+    with pytest.raises(ValueError, match=f"must be a JSON object.*not {kind}"):
+        builder.build("t", payload, {})
+
+
+def test_no_payload_is_an_empty_object() -> None:
+    assert JobBuilder(load_settings(), {}).build("t", None, {}).payload == b"{}"

@@ -240,3 +240,27 @@ def test_prefetch_is_derived_by_default_and_set_from_the_environment(
 def test_prefetch_refuses_a_negative_count() -> None:
     with pytest.raises(ConfigurationError, match="prefetch"):
         load_settings(prefetch=-1)
+
+
+def test_a_setting_from_the_environment_names_its_variable_and_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CONVEYOR_CONCURRENCY", "lots")
+    with pytest.raises(ConfigurationError, match=r"concurrency \(CONVEYOR_CONCURRENCY\): 'lots'"):
+        load_settings()
+
+
+def test_a_json_setting_that_is_not_json_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONVEYOR_QUEUE_THRESHOLDS", "emails=5")
+    with pytest.raises(ConfigurationError, match=r"'emails=5' is not JSON; expected a JSON object"):
+        load_settings()
+
+
+def test_a_config_file_that_is_not_toml_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = tmp_path / "conveyor.toml"
+    bad.write_text("lease = \n")
+    monkeypatch.setenv("CONVEYOR_CONFIG", str(bad))
+    with pytest.raises(ConfigurationError, match="is not valid TOML"):
+        load_settings()

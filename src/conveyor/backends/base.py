@@ -53,6 +53,7 @@ from conveyor.backends.records import (
     ScheduleRecord,
     ScheduleSpec,
     WorkerInfo,
+    fit_buckets,
 )
 from conveyor.errors import InvalidStateError
 from conveyor.job import DependencyPolicy, ErrorInfo, FailureReason, Job, JobState
@@ -86,6 +87,7 @@ __all__ = [
     "TransactionalEnqueue",
     "WorkerInfo",
     "earlier_retry",
+    "fit_buckets",
 ]
 
 
@@ -423,6 +425,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def reset_circuit(self, task: str) -> None: ...
+
+    @abc.abstractmethod
+    async def clear_circuit_failures(self, task: str | None) -> None:
+        """Forget the failures counted by the *closed* circuit of ``task`` (of every
+        task when ``None``); an open or half-open circuit is left as it is."""
 
     # -- heartbeats --------------------------------------------------------
     @abc.abstractmethod

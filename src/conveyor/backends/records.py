@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -200,6 +201,13 @@ class JobStat:
     buckets: list[int] = field(default_factory=lambda: [0] * len(DURATION_BUCKETS))
     minute: float = 0.0
     """Series rows: POSIX start of the minute (backend clock). Totals: 0."""
+
+
+def fit_buckets(counts: Sequence[int]) -> list[int]:
+    """``counts`` as one int per ``DURATION_BUCKETS`` bound: a shorter array is
+    padded with zeros, a longer one cut (what every backend stores and returns)."""
+    width = len(DURATION_BUCKETS)
+    return ([int(n) for n in counts] + [0] * width)[:width]
 
 
 COUNTED_STATES = tuple(JobState)

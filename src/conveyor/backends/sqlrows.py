@@ -11,10 +11,11 @@ back with ``decode_error`` instead of failing the read.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 from conveyor import serialization
+from conveyor.backends.base import StallResult
 from conveyor.backends.rows import decode_fields
 from conveyor.job import ErrorInfo, FailureReason, Job, JobState
 
@@ -91,6 +92,21 @@ def job_from_row(r: Row) -> Job:
         fields.errors,
         fields.problem,
     )
+
+
+def stall_result(rows: Iterable[Row]) -> StallResult:
+    """What ``recover_stalled`` returns for the rows its statement changed:
+    each job listed by the state it ended in."""
+    result = StallResult()
+    for row in rows:
+        job = job_from_row(row)
+        if job.state is JobState.WAITING:
+            result.requeued.append(job)
+        elif job.state is JobState.CANCELLED:
+            result.cancelled.append(job)
+        else:
+            result.failed.append(job)
+    return result
 
 
 def _job(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,7 +42,20 @@ def _remember(field: str) -> Callable[[click.Context, click.Parameter, Any], Non
     return callback
 
 
+def _export_dispatch(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    # Through the environment, so an --app's own Conveyor(...) takes it too.
+    if value:
+        os.environ["CONVEYOR_DISPATCH"] = value
+
+
 def url_option(f: F) -> F:
+    f = click.option(
+        "--dispatch",
+        metavar="AMQP_URL",
+        help="RabbitMQ URL that carries dispatch (default: $CONVEYOR_DISPATCH; none).",
+        expose_value=False,
+        callback=_export_dispatch,
+    )(f)
     return click.option(
         "--url",
         metavar="URL",
@@ -87,15 +101,40 @@ def make_app() -> Conveyor:
     return Conveyor(current.url)
 
 
-def run(fn: Callable[[Conveyor], Awaitable[T]]) -> T:
-    """Connect this command's app, run ``fn(app)`` on a fresh event loop, close the app."""
+def run(fn: Callable[[Conveyor], Awaitable[T]], creates: bool = False) -> T:
+    """Connect this command's app, run ``fn(app)`` on a fresh event loop, close the app.
+
+    Only a command that ``creates`` (enqueues, pauses a queue) may open a store
+    that does not exist yet; the others refuse a missing SQLite file, so that a
+    mistyped ``--url`` is an error and not a new empty database."""
     app = make_app()
+    if not creates:
+        require_existing_store(app)
 
     async def main() -> T:
         async with app:
             return await fn(app)
 
     return asyncio.run(main())
+
+
+def require_existing_store(app: Conveyor) -> None:
+    """Raise :class:`CommandFailed` when ``app``'s SQLite file does not exist.
+
+    Opening the SQLite backend creates its file (and folders); a read must not."""
+    from conveyor.backends.registry import scheme_of
+    from conveyor.cli.errors import CommandFailed
+
+    if scheme_of(app.url) != "sqlite":
+        return
+    from conveyor.backends.sqlite.url import parse_url
+
+    path = parse_url(app.url, app.settings).path
+    if not path.is_file():
+        raise CommandFailed(
+            f"no database at {path} ({app.url}): nothing was created there yet. "
+            "Point --url or CONVEYOR_URL at your store (or enqueue a job to create this one)"
+        )
 
 
 # -- parameters --------------------------------------------------------------------
@@ -131,7 +170,29 @@ class JsonValue(click.ParamType):  # type: ignore[type-arg]  # generic since cli
             )
 
 
+class PriorityValue(click.ParamType):  # type: ignore[type-arg]  # generic since click 8.5; subscripting breaks 8.1
+    """An integer, or a name of :class:`conveyor.Priority` in any case (``high``)."""
+
+    name = "priority"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        from conveyor.task import Priority
+
+        named = getattr(Priority, str(value).strip().upper(), None)
+        if isinstance(named, int):
+            return named
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(
+                f"{value!r} is not an integer nor one of critical, high, normal, low", param, ctx
+            )
+
+
 DURATION = Duration()
+PRIORITY = PriorityValue()
 JSON_VALUE = JsonValue()
 
 

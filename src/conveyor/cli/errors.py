@@ -1,10 +1,13 @@
 """Every error the CLI can meet, reported in one place: one line on stderr.
 
 ``ConveyorGroup.main`` runs the command tree in click's non-standalone mode and
-turns whatever escapes into ``error: …`` and an exit code: 2 for bad input
-(usage, a bad value, an APP that cannot be loaded, invalid configuration), 1
-for a runtime failure, 130 for Ctrl-C. Bad input never shows a traceback; an
-unexpected exception (a bug) shows one only when ``CONVEYOR_DEBUG=1``.
+turns whatever escapes into ``error: …`` and an exit code, the table of
+docs/how-to/cli.md: 0 done (also a worker or server stopped by a signal), 1 the
+operation failed (not found, refused, a backend that is down), 2 bad input
+(usage, a bad value, an APP that cannot be loaded, invalid configuration), 3 a
+missing extra or dependency, 130 Ctrl-C during any other command. Bad input
+never shows a traceback; an unexpected exception (a bug) shows one only when
+``CONVEYOR_DEBUG=1``.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from typing import Any, NoReturn
 
 import click
 
-from conveyor.errors import ConfigurationError, ConveyorError, MissingDependency
+from conveyor.errors import ConfigurationError, ConveyorError, MissingDependency, UnknownTask
 
-USAGE = 2
 RUNTIME = 1
+USAGE = 2
+MISSING = 3
 INTERRUPTED = 130
 
 
@@ -46,10 +50,10 @@ def describe(exc: BaseException) -> tuple[str, int] | None:
             isinstance(e, KeyboardInterrupt) for e in (exc, exc.__cause__, exc.__context__)
         )
         return "aborted", INTERRUPTED if ctrl_c else RUNTIME
-    if isinstance(exc, AppLoadError | ConfigurationError):
+    if isinstance(exc, AppLoadError | ConfigurationError | UnknownTask):
         return str(exc), USAGE
     if isinstance(exc, MissingDependency):
-        return str(exc), RUNTIME
+        return str(exc), MISSING
     if isinstance(exc, ConveyorError):
         return str(exc) or type(exc).__name__, RUNTIME
     if isinstance(exc, ValueError):  # a value the user gave that the API refused

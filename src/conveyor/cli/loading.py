@@ -14,6 +14,7 @@ import traceback
 
 from conveyor.app import Conveyor
 from conveyor.cli.errors import AppLoadError
+from conveyor.errors import ConfigurationError
 from conveyor.settings import load_settings
 
 
@@ -34,6 +35,8 @@ def load_app(spec: str, url: str | None = None) -> Conveyor:
                 f"(looked in {cwd} and on sys.path)"
             ) from None
         raise AppLoadError(f"importing {module_name!r} failed: {exc}") from None
+    except ConfigurationError:  # the app's settings (CONVEYOR_*, conveyor.toml): one line
+        raise
     except Exception as exc:
         # The app's own code raised: its traceback is what the user needs to fix it.
         traceback.print_exception(exc, file=sys.stderr)

@@ -82,7 +82,7 @@ def pause_queue(name: str) -> None:
     async def go(app: Conveyor) -> None:
         await app.pause_queue(name)
 
-    run(go)
+    run(go, creates=True)
     click.echo(f"paused queue {name!r}")
 
 
@@ -95,5 +95,5 @@ def resume_queue(name: str) -> None:
     async def go(app: Conveyor) -> None:
         await app.resume_queue(name)
 
-    run(go)
+    run(go, creates=True)
     click.echo(f"resumed queue {name!r}")

@@ -83,7 +83,7 @@ def list_schedules(as_json: bool = False) -> None:
 @backend_options
 def pause_schedule(name: str) -> None:
     """Stop firing NAME until it is resumed (every scheduler obeys)."""
-    run(lambda app: app.schedules.pause(name))
+    run(lambda app: app.schedules.pause(name), creates=True)
     click.echo(f"paused schedule {name}")
 
 
@@ -92,7 +92,7 @@ def pause_schedule(name: str) -> None:
 @backend_options
 def resume_schedule(name: str) -> None:
     """Fire NAME again; slots missed while paused follow its misfire policy."""
-    record = run(lambda app: app.schedules.resume(name))
+    record = run(lambda app: app.schedules.resume(name), creates=True)
     following = "never (finished)"
     if record.next_fire_at is not None:
         following = ScheduleRecord.to_dict(record)["next_fire_iso"]
@@ -104,7 +104,7 @@ def resume_schedule(name: str) -> None:
 @backend_options
 def trigger_schedule(name: str) -> None:
     """Enqueue one run of NAME now (outside its slots); prints the job id."""
-    job = run(lambda app: app.schedules.trigger(name))
+    job = run(lambda app: app.schedules.trigger(name), creates=True)
     click.echo(job.id)
 
 
@@ -124,6 +124,6 @@ def set_cron(name: str, cron: str | None, every: str | None) -> None:
     async def go(app: Conveyor) -> ScheduleRecord:
         return await app.schedules.set_cron(name, cron=cron, every=every)
 
-    record = run(go)
+    record = run(go, creates=True)
     following = record.to_dict()["next_fire_iso"] or "never (finished)"
     click.echo(f"schedule {name}: {describe_timing(record)}; next fire {following}")

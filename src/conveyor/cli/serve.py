@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import click
 
 from conveyor.cli.common import state, url_option
-from conveyor.cli.errors import USAGE, fail
+from conveyor.cli.errors import RUNTIME, USAGE, fail
 from conveyor.cli.loading import load_app
 from conveyor.cli.worker import LEVELS, setup_logging
 from conveyor.errors import MissingDependency
@@ -51,6 +59,7 @@ def serve_command(app_spec: str, host: str, port: int, log_level: str) -> None:
         raise MissingDependency(
             f"conveyor serve needs the server extra: pip install 'conveyor[server]' ({exc})"
         ) from None
+    listening = listen(host, port)
     setup_logging(log_level)
     config = uvicorn.Config(
         create_app(app),
@@ -60,4 +69,45 @@ def serve_command(app_spec: str, host: str, port: int, log_level: str) -> None:
         log_config=None,  # keep conveyor's logging setup
         server_header=False,
     )
-    uvicorn.Server(config).run()
+    bound = listening.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    logging.getLogger("conveyor.server").info(
+        "serving on http://%s:%d (dashboard /, API /api/v1; Ctrl-C to stop)", shown, bound
+    )
+    quiet_exit_server(uvicorn.Server)(config).run(sockets=[listening])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """Bind before uvicorn starts, so that a port in use is one ``error:`` line
+    (uvicorn would log its startup and shutdown around the error, and exit 3)."""
+    sock = socket.socket(family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        why = "the port is already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        fail(f"cannot listen on {host}:{port}: {why}", RUNTIME)
+    sock.set_inheritable(True)
+    return sock
+
+
+def quiet_exit_server(base: type[Any]) -> type[Any]:
+    """uvicorn's Server, except that a stop asked by SIGTERM/SIGINT exits 0 (as
+    ``conveyor worker`` does) instead of re-raising the signal once shut down."""
+
+    class Server(base):  # type: ignore[misc]  # uvicorn.Server, imported lazily
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            handled = (signal.SIGINT, signal.SIGTERM)
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    return Server

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -17,6 +19,7 @@ from conveyor.cli.common import split_list, state, url_option
 from conveyor.cli.errors import CommandFailed
 from conveyor.cli.loading import load_app
 from conveyor.durations import format_duration
+from conveyor.errors import MissingDependency
 from conveyor.job import ErrorInfo, Job
 from conveyor.loops import LOOP_NAMES, resolve_loop
 from conveyor.worker.worker import WorkerCrashed
@@ -91,6 +94,11 @@ def setup_logging(level: str) -> None:
     help="Event loop: auto = uvloop when installed (pip install 'conveyor[uvloop]'), else asyncio.",
 )
 @click.option("--log-level", type=LEVELS, default="info", show_default=True)
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="No line per completed job (they log at DEBUG); retries, dead letters and problems stay.",
+)
 @click.option("--supervisor-pid", type=int, hidden=True)
 @url_option
 @click.pass_context
@@ -105,6 +113,7 @@ def worker_command(
     with_scheduler: bool,
     loop_name: str,
     log_level: str,
+    quiet: bool,
     supervisor_pid: int | None,
 ) -> None:
     """Run a worker for APP (module:attribute of a Conveyor), until SIGTERM/SIGINT.
@@ -115,7 +124,12 @@ def worker_command(
     url = state().url
     app = load_app(app_spec, url)
     app.backend  # noqa: B018  # builds (does not open) the backend: a bad URL fails here, once
-    resolve_loop(loop_name)  # uvloop asked for but missing: fail before anything starts
+    if loop_name == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise MissingDependency(  # a missing extra, as for the server or a backend: exit 3
+            "--loop uvloop: uvloop is not installed (pip install 'conveyor[uvloop]'), "
+            "or use --loop asyncio"
+        )
+    resolve_loop(loop_name)
     listen = split_list(queues)
     setup_logging(log_level)
     if processes > 1:
@@ -133,6 +147,8 @@ def worker_command(
         if url:
             command += ["--url", url]
         command += ["--loop", loop_name, "--log-level", log_level]
+        if quiet:
+            command.append("--quiet")
         command += ["--supervisor-pid", str(os.getpid())]
         supervisor = Supervisor(
             command, processes, shutdown_timeout=app.settings.shutdown_timeout, burst=burst
@@ -143,7 +159,9 @@ def worker_command(
         # whose subprocesses support process groups (uvloop's do not).
         ctx.exit(loops.run(supervisor.run(), "asyncio"))
     loops.run(
-        run_worker(app, listen, concurrency, burst, supervisor_pid, with_scheduler, prefetch),
+        run_worker(
+            app, listen, concurrency, burst, supervisor_pid, with_scheduler, prefetch, quiet
+        ),
         loop_name,
     )
 
@@ -156,8 +174,10 @@ async def run_worker(
     supervisor_pid: int | None,
     with_scheduler: bool = False,
     prefetch: int | None = None,
+    quiet: bool = False,
 ) -> None:
-    log_jobs(app)
+    log_tasks(app)
+    ended = log_jobs(app, quiet)
     worker = app.worker(
         queues=queues or None, concurrency=concurrency, prefetch=prefetch, burst=burst
     )
@@ -177,6 +197,14 @@ async def run_worker(
         await app.close()
     if burst:
         logger.info("burst done: %d job(s) processed", worker.processed)
+    else:
+        released = max(worker.processed - ended.count, 0)
+        logger.info(
+            "worker %s stopped: %d job(s) finished, %d released back to waiting",
+            worker.id,
+            ended.count,
+            released,
+        )
 
 
 async def beside_scheduler(app: Conveyor, main: Coroutine[Any, Any, T]) -> T:
@@ -198,17 +226,52 @@ async def supervise_with_scheduler(app: Conveyor, supervisor: Supervisor) -> int
         await app.close()
 
 
-def log_jobs(app: Conveyor) -> None:
-    """One log line per finished job (DEBUG: at thousands of jobs a second a line
-    each would cost a third of the worker), retry (WARNING) and dead letter (ERROR).
-    Circuits are logged by the worker itself."""
+def log_tasks(app: Conveyor) -> None:
+    """The start banner: every task this worker can run, its queue and its cap."""
+    tasks = sorted(app.tasks.values(), key=lambda task: task.name)
+    logger.info("%d task(s):", len(tasks))
+    width = max((len(task.name) for task in tasks), default=0)
+    for task in tasks:
+        cap = task.options.concurrency
+        logger.info(
+            "  %s  queue %s, concurrency %s",
+            task.name.ljust(width),
+            task.options.queue,
+            cap if cap is not None else "unlimited",
+        )
+
+
+@dataclass
+class Ended:
+    """Runs that ended with an outcome (completed, failed or cancelled)."""
+
+    count: int = 0
+
+
+def log_jobs(app: Conveyor, quiet: bool = False) -> Ended:
+    """One log line per completed job (INFO; DEBUG with ``quiet``), retry (WARNING)
+    and dead letter (ERROR). Circuits are logged by the worker itself. Returns the
+    count of runs that ended with an outcome, for the stop line."""
     jobs = logging.getLogger("conveyor.jobs")
+    ended = Ended()
+    level = logging.DEBUG if quiet else logging.INFO
+    log_completed = jobs.isEnabledFor(level)
 
     def completed(event: str, job: Job, duration: float = 0.0, **_: Any) -> None:
-        jobs.debug("%s %s completed in %s", job.task, job.id, format_duration(duration))
+        ended.count += 1
+        if log_completed:
+            jobs.log(
+                level,
+                "%s %s completed (attempt %d) in %s",
+                job.task,
+                job.id,
+                job.attempts,
+                format_duration(duration),
+            )
 
     def failed(event: str, job: Job, error: ErrorInfo, will_retry: bool, **_: Any) -> None:
-        if will_retry:
+        ended.count += 1
+        if will_retry and jobs.isEnabledFor(logging.WARNING):
             jobs.warning(
                 "%s %s failed (attempt %d of %d), will retry: %s: %s",
                 job.task,
@@ -219,15 +282,18 @@ def log_jobs(app: Conveyor) -> None:
                 error.message,
             )
 
+    def cancelled(event: str, job: Job, **_: Any) -> None:
+        ended.count += 1
+
     def dead(event: str, job: Job, reason: str, error: ErrorInfo | None = None, **_: Any) -> None:
         detail = f": {error.type}: {error.message}" if error is not None else ""
         jobs.error("%s %s dead-lettered (%s)%s", job.task, job.id, reason, detail)
 
-    if jobs.isEnabledFor(logging.DEBUG):  # no per-job callback when nobody reads it
-        app.on("completed", completed)
-    if jobs.isEnabledFor(logging.WARNING):
-        app.on("failed", failed)
+    app.on("completed", completed)
+    app.on("failed", failed)
+    app.on("cancelled", cancelled)
     app.on("dead", dead)
+    return ended
 
 
 async def watch_supervisor(

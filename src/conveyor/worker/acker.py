@@ -77,6 +77,15 @@ class Acker:
                 self._on_cancelled([job for s, job in batch if s.job_id in result.cancelled])
         self._idle.set()
 
+    async def drain_at_exit(self, timeout: float = 10.0) -> None:
+        """The last flush before the worker exits; says what could not be stored."""
+        if not await self.drain(timeout):
+            logger.error(
+                "%d outcome(s) could not be stored before exit; their jobs will be "
+                "recovered as stalled",
+                self.pending,
+            )
+
     async def drain(self, timeout: float) -> bool:
         """Flush everything (at shutdown, or a burst's look); False if not within ``timeout``."""
         if self._pending:

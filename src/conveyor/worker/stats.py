@@ -59,6 +59,15 @@ class StatsReporter:
         if status is not None:
             self.add(task, queue, status, duration)
 
+    async def flush_at_exit(self, timeout: float = 10.0) -> None:
+        """The last flush before the worker exits; says what could not be stored."""
+        try:
+            stored = await asyncio.wait_for(self.flush(), timeout=timeout)
+        except TimeoutError:
+            stored = False
+        if not stored:
+            logger.warning("statistics of %d run(s) were not stored", self.pending)
+
     async def flush(self) -> bool:
         """Store what was counted; on failure keep it for the next flush."""
         async with self._flushing:

@@ -31,7 +31,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from conveyor.backends.base import (
-    CircuitInfo,
     ClaimRequest,
     ClaimResult,
     Outcome,
@@ -47,21 +46,24 @@ from conveyor.maintenance.retention import RetentionCleaner, retention_rules
 from conveyor.maintenance.stalls import StallReaper
 from conveyor.worker.acker import Acker
 from conveyor.worker.executor import Executor
+from conveyor.worker.handoffs import HandoffReceiver
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.leases import LeaseKeeper
 from conveyor.worker.prefetch import Prefetch
+from conveyor.worker.reports import SettleReports
 from conveyor.worker.running import Running
 from conveyor.worker.stats import StatsReporter
+from conveyor.worker.supervision import SideRoles
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
     from conveyor.runtime import Runtime
 
-logger = logging.getLogger("conveyor.worker")
+    #: What the claim loop awaits between claims (queues, poll timeout).
+    WaitForWork = Callable[[Sequence[str], float], Coroutine[Any, Any, None]]
 
-#: How long one wait for handed-off jobs blocks (seconds); the shutdown ends it sooner.
-HANDOFF_POP_TIMEOUT = 5.0
+logger = logging.getLogger("conveyor.worker")
 
 
 def default_worker_id() -> str:
@@ -112,8 +114,7 @@ class Worker:
         self._forced = asyncio.Event()
         self._wake = asyncio.Event()
         self._slot_free = asyncio.Event()
-        self._side_tasks: list[asyncio.Task[Any]] = []
-        self._crash: BaseException | None = None
+        self._roles = SideRoles(runtime.events, self.stop)
         self._signals = 0
         self._loop_thread = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -132,10 +133,12 @@ class Worker:
         )
         #: Direct handoff (backends that support it): decided in run().
         self._handoff = False
-        self._handoff_task: asyncio.Task[None] | None = None
+        self._handoffs: HandoffReceiver | None = None
         #: The shutdown gave the buffer back: jobs handed off later are released.
         self._released = False
         self._read_jobs: Callable[[Sequence[str]], Awaitable[list[Job]]] | None = None
+        #: The claim loop's wait for work; RabbitMQ dispatch puts its consumer's here.
+        self.wait_for_work: WaitForWork | None = None
 
     @property
     def prefetch(self) -> int:
@@ -197,7 +200,8 @@ class Worker:
         self.started_at = await backend.now()
         self._read_jobs = backend.get_jobs  # for ctx.dependency_results
         self.executor = Executor(runtime, self.id, threads=self.concurrency)
-        self.acker = Acker(backend, self._on_refused, self._on_circuit, self._on_cancelled)
+        reports = SettleReports(runtime.events)
+        self.acker = Acker(backend, reports.refused, reports.circuits, reports.cancelled)
         self.leases = LeaseKeeper(
             backend,
             self.id,
@@ -208,15 +212,20 @@ class Worker:
         heartbeat = Heartbeat(backend, self.describe, self.settings.heartbeat_interval)
         self.stats = StatsReporter(backend, self.settings.stats_flush_interval)
         runtime.local_workers.attach(self)
+        dispatch = None
+        if self.settings.dispatch:
+            from conveyor.dispatch import start_worker_dispatch
+
+            dispatch = await start_worker_dispatch(self)
         if self.install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self._on_signal, sig)
         try:
             await heartbeat.beat()
-            self._side("acker", self.acker.run())
-            self._side("leases", self.leases.run())
-            self._side("heartbeat", heartbeat.run())
-            self._side("stats", self.stats.run())
+            self._roles.start("acker", self.acker.run())
+            self._roles.start("leases", self.leases.run())
+            self._roles.start("heartbeat", heartbeat.run())
+            self._roles.start("stats", self.stats.run())
             if self.maintenance:
                 settings = self.settings
                 reaper = StallReaper(backend, runtime.events, settings.max_stalled)
@@ -228,11 +237,11 @@ class Worker:
                 if self.burst:
                     await reaper.run_once()
                 else:
-                    self._side(
+                    self._roles.start(
                         "stall reaper",
                         every(self.settings.stall_interval, reaper.run_once, "stall reaper"),
                     )
-                    self._side(
+                    self._roles.start(
                         "retention",
                         every(self.settings.cleanup_interval, cleaner.run_once, "retention"),
                     )
@@ -243,7 +252,8 @@ class Worker:
                 backend.hands_off and not self.burst and not self._capped and not self._rate_limited
             )
             if self._handoff:
-                self._handoff_task = self._side("handoffs", self._receive_handoffs())
+                self._handoffs = HandoffReceiver(backend, self.id, self.settings.lease, self._take)
+                self._handoffs.started(self._roles.start("handoffs", self._handoffs.run()))
             runtime.events.emit("worker_started", worker_id=self.id)
             logger.info(
                 "worker %s started: queues %s, concurrency %d, prefetch %d, loop %s",
@@ -256,12 +266,16 @@ class Worker:
             await self._claim_loop()
         finally:
             await self._shutdown()
+            if dispatch is not None:
+                await dispatch.close()
             if self.install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     self._loop.remove_signal_handler(sig)
             runtime.local_workers.detach(self)
-        if self._crash is not None:
-            raise WorkerCrashed(f"worker {self.id} stopped: a side role died") from self._crash
+        if self._roles.crash is not None:
+            raise WorkerCrashed(
+                f"worker {self.id} stopped: a side role died"
+            ) from self._roles.crash
 
     def describe(self) -> WorkerInfo:
         return WorkerInfo(
@@ -274,23 +288,6 @@ class Worker:
             started_at=self.started_at,
             heartbeat_interval=self.settings.heartbeat_interval,
         )
-
-    def _side(self, name: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.create_task(coro, name=f"conveyor {name}")
-        task.add_done_callback(lambda t: self._side_done(name, t))
-        self._side_tasks.append(task)
-        return task
-
-    def _side_done(self, name: str, task: asyncio.Task[Any]) -> None:
-        if task.cancelled() or self._crash is not None:
-            return
-        exc = task.exception()
-        if exc is None and self._stopping and name == "handoffs":
-            return  # it ends with the shutdown
-        logger.critical("worker role %r died: %r; stopping the worker", name, exc)
-        self._crash = exc or RuntimeError(f"{name} returned")
-        self.runtime.events.emit("error", error=self._crash, where=name)
-        self.stop()
 
     # -- claiming -----------------------------------------------------------------
     def _claim_request(self, limit: int) -> ClaimRequest:
@@ -368,7 +365,8 @@ class Worker:
             if self._rate_limited:
                 poll = min(poll, 0.05)
             self._slot_free.clear()
-            await self._wait_for(backend.wait_for_work(self.queues, poll), self._slot_free.wait())
+            wait = self.wait_for_work or backend.wait_for_work
+            await self._wait_for(wait(self.queues, poll), self._slot_free.wait())
 
     def _take(self, result: ClaimResult, sent_at: float) -> None:
         """A claim's (or a handoff's) outcome; their leases started at ``sent_at``."""
@@ -390,47 +388,6 @@ class Worker:
             return
         for job in result.jobs:
             self._hold(job, deadline)
-
-    async def _receive_handoffs(self) -> None:
-        """Jobs enqueues claimed for this worker while it was idle; ends with
-        ``end_handoffs`` at shutdown. Such jobs may come while a claim of the
-        worker is in flight: it then holds a few more than its slots (buffered)."""
-        backend = self.runtime.backend
-        failures = 0
-        while True:
-            try:
-                handed = await backend.next_handoff(self.id, HANDOFF_POP_TIMEOUT)
-                failures = 0
-            except (BackendError, OSError) as exc:
-                failures += 1
-                delay = min(0.05 * 2**failures, 5.0)
-                logger.warning("handoff pop failed (retrying in %.2fs): %s", delay, exc)
-                await asyncio.sleep(delay)
-                continue
-            if handed is None:
-                return
-            for handoff in handed:
-                self._take(handoff.result, handoff.leased_at)
-            # The jobs just taken start before the next pop is sent: sending it
-            # first delayed each handed job by the client work of a pop.
-            await asyncio.sleep(0)
-
-    async def _end_handoffs(self) -> None:
-        """No more handoffs: the ones not popped yet are held (then released)."""
-        task = self._handoff_task
-        if task is None:
-            return
-        sent_at = time.monotonic()
-        try:
-            left = await self.runtime.backend.end_handoffs(self.id, self.settings.lease)
-        except (BackendError, OSError) as exc:
-            # The registration runs out by itself; what is still handed is
-            # released as it arrives (_take), and an inbox never popped comes
-            # back by stall recovery.
-            logger.warning("could not end handoffs: %s", exc)
-            return
-        self._take(left, sent_at)
-        await asyncio.wait({task}, timeout=HANDOFF_POP_TIMEOUT)
 
     async def _wait_for(
         self, first: Coroutine[Any, Any, Any], second: Coroutine[Any, Any, Any] | None
@@ -536,36 +493,12 @@ class Worker:
         if self.runtime.events.has("progress"):
             self.runtime.events.emit("progress", job=job, progress=report)
 
-    def _on_refused(self, job_ids: set[str]) -> None:
-        shown = ", ".join(sorted(job_ids)[:10]) + (" …" if len(job_ids) > 10 else "")
-        logger.warning(
-            "%d outcome(s) refused: their lease had moved on to another claim (%s)",
-            len(job_ids),
-            shown,
-        )
-
-    def _on_cancelled(self, jobs: list[Job]) -> None:
-        """A retry or release that a pending cancel turned into ``cancelled``."""
-        for job in jobs:
-            self.runtime.events.emit("cancelled", job=job)
-
-    def _on_circuit(self, changes: list[CircuitInfo]) -> None:
-        for circuit in changes:
-            if circuit.state.value == "closed":
-                logger.info("circuit of task %s closed", circuit.task)
-                self.runtime.events.emit("circuit_closed", task=circuit.task, circuit=circuit)
-            else:
-                logger.warning(
-                    "circuit of task %s opened after %d failures: its jobs wait until it closes",
-                    circuit.task,
-                    circuit.failures,
-                )
-                self.runtime.events.emit("circuit_opened", task=circuit.task, circuit=circuit)
-
     # -- shutdown ---------------------------------------------------------------
     async def _shutdown(self) -> None:
         self._stopping = True
-        await self._end_handoffs()
+        self._roles.may_end("handoffs")
+        if self._handoffs is not None:
+            await self._handoffs.end()
         self._release_buffered()
         self._released = True
         if self.active and not self._forced.is_set():
@@ -591,22 +524,9 @@ class Worker:
             run.interrupt("shutdown")
         if self._executing:
             await asyncio.wait(set(self._executing), timeout=5)
-        flushed = await self.acker.drain(timeout=10)
-        if not flushed:
-            logger.error(
-                "%d outcome(s) could not be stored before exit; their jobs will be "
-                "recovered as stalled",
-                self.acker.pending,
-            )
-        try:
-            stored = await asyncio.wait_for(self.stats.flush(), timeout=10)
-        except TimeoutError:
-            stored = False
-        if not stored:
-            logger.warning("statistics of %d run(s) were not stored", self.stats.pending)
-        for task in self._side_tasks:
-            task.cancel()
-        await asyncio.gather(*self._side_tasks, return_exceptions=True)
+        await self.acker.drain_at_exit()
+        await self.stats.flush_at_exit()
+        await self._roles.cancel_all()
         try:
             await self.runtime.backend.remove_worker(self.id)
         except (BackendError, OSError) as exc:

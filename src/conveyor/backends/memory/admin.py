@@ -119,6 +119,13 @@ def reset_circuit(store: Store, task: str) -> None:
         store.notify(everyone=True)
 
 
+def clear_circuit_failures(store: Store, task: str | None) -> None:
+    circuits = store.circuits.items() if task is None else [(task, store.circuits.get(task))]
+    for _, circuit in circuits:
+        if circuit is not None and circuit.state is CircuitState.CLOSED:
+            circuit.failures = 0
+
+
 # -- workers ---------------------------------------------------------------
 def record_heartbeat(store: Store, worker: WorkerInfo) -> None:
     store.workers[worker.id] = replace(worker, queues=list(worker.queues), last_seen=store.now())

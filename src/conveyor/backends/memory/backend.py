@@ -170,6 +170,9 @@ class MemoryBackend(Backend):
     async def reset_circuit(self, task: str) -> None:
         self._locked(admin.reset_circuit, task)
 
+    async def clear_circuit_failures(self, task: str | None) -> None:
+        self._locked(admin.clear_circuit_failures, task)
+
     # -- heartbeats --------------------------------------------------------
     async def record_heartbeat(self, worker: WorkerInfo) -> None:
         self._locked(admin.record_heartbeat, worker)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from conveyor.backends.base import DURATION_BUCKETS, JobStat
+from conveyor.backends.base import JobStat, fit_buckets
 from conveyor.backends.memory.store import Store
 
 
@@ -24,7 +24,7 @@ def _copy(stat: JobStat, minute: float) -> JobStat:
 def _add(into: JobStat, stat: JobStat) -> None:
     into.count += stat.count
     into.duration_sum += stat.duration_sum
-    for i, n in enumerate(stat.buckets[: len(DURATION_BUCKETS)]):
+    for i, n in enumerate(fit_buckets(stat.buckets)):
         into.buckets[i] += n
 
 

@@ -87,6 +87,10 @@ async def reset_circuit(pool: Pool, q: Queries, task: str) -> None:
     await pool.execute("reset circuit", q.reset_circuit, task)
 
 
+async def clear_circuit_failures(pool: Pool, q: Queries, task: str | None) -> None:
+    await pool.execute("clear circuit failures", q.clear_circuit_failures, task)
+
+
 async def record_heartbeat(pool: Pool, q: Queries, worker: WorkerInfo) -> None:
     await pool.execute(
         "heartbeat",

@@ -33,6 +33,7 @@ from conveyor.backends.postgres import (
 )
 from conveyor.backends.postgres import stats as stats_sql
 from conveyor.backends.postgres.connection import DRIVER_ERRORS, Pool, raise_typed
+from conveyor.backends.postgres.dispatch import DispatchStore
 from conveyor.backends.postgres.migrate import MigrationReport, migrate
 from conveyor.backends.postgres.notify import Listener
 from conveyor.backends.postgres.queries import Queries, for_schema
@@ -92,6 +93,10 @@ class PostgresBackend(UpdateScheduleByChange, base.Backend):
         self._opened = False
         await self._waits.close()
         await self.pool.close()
+
+    def dispatch_store(self) -> DispatchStore:
+        """The queries of RabbitMQ dispatch on this schema (not in the contract)."""
+        return DispatchStore(self.pool, self.options.schema, self.options.channel)
 
     async def now(self) -> float:
         return float(await self.pool.fetchval("now", self.q.now))
@@ -214,6 +219,9 @@ class PostgresBackend(UpdateScheduleByChange, base.Backend):
 
     async def reset_circuit(self, task: str) -> None:
         await admin.reset_circuit(self.pool, self.q, task)
+
+    async def clear_circuit_failures(self, task: str | None) -> None:
+        await admin.clear_circuit_failures(self.pool, self.q, task)
         self._listener.notify_all()
 
     # -- heartbeats ----------------------------------------------------------

@@ -77,6 +77,7 @@ class Queries:
     queue_names_with_jobs: LiteralString
     list_circuits: LiteralString
     reset_circuit: LiteralString
+    clear_circuit_failures: LiteralString
     record_heartbeat: LiteralString
     list_workers: LiteralString
     remove_worker: LiteralString

@@ -364,6 +364,11 @@ SELECT task, state, failures, open_until FROM __schema__.circuits ORDER BY task;
 UPDATE __schema__.circuits SET state = 'closed', failures = 0, open_until = NULL
 WHERE task = $1::text;
 
+-- name: clear_circuit_failures
+-- Forget the failures of closed circuits: of $1, or of every task when NULL.
+UPDATE __schema__.circuits SET failures = 0
+WHERE state = 'closed' AND failures > 0 AND ($1::text IS NULL OR task = $1::text);
+
 
 -- ------------------------------------------------------------ heartbeats --
 

@@ -33,7 +33,8 @@ CREATE TABLE __schema__.jobs (
     metadata         bytea,
     result           bytea,
     progress         bytea,
-    errors           jsonb
+    errors           jsonb,
+    dispatched_at    float8
 ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 
 -- Every state has its own partial index, so the waiting jobs' index stays the

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.backends.base import DURATION_BUCKETS, JobStat
+from conveyor.backends.base import DURATION_BUCKETS, JobStat, fit_buckets
 from conveyor.backends.postgres.connection import Pool
 from conveyor.backends.postgres.decode import Row
 from conveyor.backends.postgres.queries import Queries
@@ -16,9 +16,9 @@ _WIDTH = len(DURATION_BUCKETS)
 
 def _stat(row: Row) -> JobStat:
     task, queue, status, count, duration_sum, buckets, minute = row
-    values = [int(b) for b in buckets][:_WIDTH]
-    values += [0] * (_WIDTH - len(values))
-    return JobStat(task, queue, status, int(count), float(duration_sum), values, minute)
+    return JobStat(
+        task, queue, status, int(count), float(duration_sum), fit_buckets(buckets), minute
+    )
 
 
 async def record_job_stats(pool: Pool, q: Queries, stats: Sequence[JobStat]) -> None:
@@ -26,7 +26,7 @@ async def record_job_stats(pool: Pool, q: Queries, stats: Sequence[JobStat]) -> 
     for s in stats:
         key = (s.task, s.queue, s.status)
         row = merged.get(key)
-        buckets = (list(s.buckets) + [0] * _WIDTH)[:_WIDTH]
+        buckets = fit_buckets(s.buckets)
         if row is None:
             merged[key] = [s.count, s.duration_sum, buckets]
         else:

@@ -91,7 +91,12 @@ async def list_circuits(conn: RedisConnection) -> list[base.CircuitInfo]:
 
 async def reset_circuit(conn: RedisConnection, task: str) -> None:
     k = conn.keys
-    await conn.run("circuit-reset", [k.circuits, k.wake], [task])
+    await conn.run("circuit-reset", [k.circuits, k.wake], [task, "close"])
+
+
+async def clear_circuit_failures(conn: RedisConnection, task: str | None) -> None:
+    k = conn.keys
+    await conn.run("circuit-reset", [k.circuits, k.wake], [task or "", "failures"])
 
 
 # -- heartbeats ----------------------------------------------------------------------

@@ -164,6 +164,9 @@ class RedisBackend(base.Backend):
     async def reset_circuit(self, task: str) -> None:
         await admin.reset_circuit(self._conn, task)
 
+    async def clear_circuit_failures(self, task: str | None) -> None:
+        await admin.clear_circuit_failures(self._conn, task)
+
     async def record_heartbeat(self, worker: base.WorkerInfo) -> None:
         await admin.record_heartbeat(self._conn, worker)
 

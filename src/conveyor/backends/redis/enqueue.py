@@ -23,6 +23,7 @@ from conveyor.backends import base
 from conveyor.backends.redis import decode
 from conveyor.backends.redis.connection import RedisConnection
 from conveyor.backends.redis.encode import opt
+from conveyor.backends.rows import decode_fields
 from conveyor.errors import BackendError, NotReplicated, QueueFull
 from conveyor.job import Job, JobState
 
@@ -175,19 +176,21 @@ def _duplicate(item: Any) -> Job:
 
 
 def _new_job(new: base.NewJob) -> Job:
-    """A waiting Job for ``new``; the caller fills in the server's times."""
-    try:
-        payload = serialization.loads(new.payload)
-        problem = None
-    except ValueError as exc:
-        payload, problem = None, f"stored payload is not valid JSON: {exc}"
-    metadata: dict[str, Any] = {}
-    if new.metadata is not None:
+    """A waiting Job for ``new``; the caller fills in the server's times.
+    The common case (a JSON payload, no metadata) is decoded inline; anything
+    else goes through the decoder every backend shares."""
+    fields = None
+    if new.metadata is None:
         try:
-            loaded = serialization.loads(new.metadata)
-            metadata = loaded if isinstance(loaded, dict) else {}
-        except ValueError as exc:
-            problem = problem or f"stored metadata is not valid JSON: {exc}"
+            payload = serialization.loads(new.payload)
+        except ValueError:
+            fields = decode_fields(new.payload)
+    else:
+        fields = decode_fields(new.payload, new.metadata)
+    metadata: dict[str, Any] = {}
+    problem: str | None = None
+    if fields is not None:
+        payload, metadata, problem = fields.payload, fields.metadata, fields.problem
     return Job(
         id=new.id,
         task=new.task,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from conveyor import serialization
 from conveyor.backends import base
-from conveyor.backends.base import DURATION_BUCKETS, MisfirePolicy
+from conveyor.backends.base import MisfirePolicy
 from conveyor.backends.redis import decode
 
 
@@ -74,8 +74,7 @@ def stats_from_hash(flat: Sequence[bytes], minute: float) -> list[base.JobStat]:
     for row, value in decode.as_dict(flat).items():
         task, queue, status = row.decode().split("\0")
         numbers = value.split()
-        buckets = [int(x) for x in numbers[2:]]
-        buckets += [0] * (len(DURATION_BUCKETS) - len(buckets))
+        buckets = base.fit_buckets([int(x) for x in numbers[2:]])
         out.append(
             base.JobStat(
                 task=task,

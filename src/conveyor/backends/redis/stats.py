@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.backends import base
-from conveyor.backends.base import DURATION_BUCKETS
+from conveyor.backends.base import DURATION_BUCKETS, fit_buckets
 from conveyor.backends.redis import records
 from conveyor.backends.redis.connection import RedisConnection
 from conveyor.backends.redis.encode import float_text
@@ -20,9 +20,8 @@ async def record_job_stats(conn: RedisConnection, stats: Sequence[base.JobStat])
         return
     argv: list[Any] = [len(DURATION_BUCKETS)]
     for stat in stats:
-        buckets = list(stat.buckets) + [0] * (len(DURATION_BUCKETS) - len(stat.buckets))
         argv += (stat.task, stat.queue, stat.status, stat.count, repr(stat.duration_sum))
-        argv += buckets[: len(DURATION_BUCKETS)]
+        argv += fit_buckets(stat.buckets)
     k = conn.keys
     await conn.run("stats-record", [k.stats, k.stat_minutes], argv)
 

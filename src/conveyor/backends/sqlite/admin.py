@@ -96,6 +96,10 @@ def reset_circuit(conn: sqlite3.Connection, task: str) -> None:
     conn.execute(Q.reset_circuit, {"task": task})
 
 
+def clear_circuit_failures(conn: sqlite3.Connection, task: str | None) -> None:
+    conn.execute(Q.clear_circuit_failures, {"task": task})
+
+
 def record_heartbeat(conn: sqlite3.Connection, worker: WorkerInfo) -> None:
     params = {
         "id": worker.id,

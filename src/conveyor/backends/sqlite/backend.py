@@ -218,6 +218,9 @@ class SQLiteBackend(UpdateScheduleByChange, base.Backend):
 
     async def reset_circuit(self, task: str) -> None:
         await self._writer.write(admin.reset_circuit, task)
+
+    async def clear_circuit_failures(self, task: str | None) -> None:
+        await self._writer.write(admin.clear_circuit_failures, task)
         self._waits.signal.notify_all()
 
     # -- heartbeats ----------------------------------------------------------

@@ -12,24 +12,16 @@ from typing import Any
 from conveyor.backends.base import PruneRule, StallResult
 from conveyor.backends.sqlite.admin import CHUNK, remember_final_states
 from conveyor.backends.sqlite.connection import ThreadConnection
-from conveyor.backends.sqlite.decode import Row, job_from_row
+from conveyor.backends.sqlite.decode import Row
 from conveyor.backends.sqlite.queries import Q
-from conveyor.job import TERMINAL_STATES, JobState
+from conveyor.backends.sqlrows import stall_result
+from conveyor.job import TERMINAL_STATES
 from conveyor.serialization import dumps_str
 
 
 def recover_stalled(conn: sqlite3.Connection, max_stalled: int) -> StallResult:
     params = {"now": time.time(), "max_stalled": max_stalled}
-    result = StallResult()
-    for row in conn.execute(Q.recover_stalled, params).fetchall():
-        job = job_from_row(row)
-        if job.state is JobState.WAITING:
-            result.requeued.append(job)
-        elif job.state is JobState.CANCELLED:
-            result.cancelled.append(job)
-        else:
-            result.failed.append(job)
-    return result
+    return stall_result(conn.execute(Q.recover_stalled, params).fetchall())
 
 
 def prune_chunk(conn: sqlite3.Connection, rule: PruneRule) -> int:

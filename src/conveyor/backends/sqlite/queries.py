@@ -103,6 +103,7 @@ class Queries:
     set_queue_paused: LiteralString
     list_circuits: LiteralString
     reset_circuit: LiteralString
+    clear_circuit_failures: LiteralString
     record_heartbeat: LiteralString
     list_workers: LiteralString
     remove_worker: LiteralString

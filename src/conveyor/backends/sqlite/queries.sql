@@ -634,6 +634,15 @@ SET state = 'closed',
     open_until = NULL
 WHERE task = :task;
 
+-- name: clear_circuit_failures
+-- Forget the failures of closed circuits: of :task, or of every task when it
+-- is NULL. Open and half-open circuits keep theirs. Tables: circuits.
+UPDATE circuits
+SET failures = 0
+WHERE state = 'closed'
+  AND failures > 0
+  AND (:task IS NULL OR task = :task);
+
 
 -- -------------------------------------------------------------- heartbeats --
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import LiteralString
 
-from conveyor.backends.base import DURATION_BUCKETS, JobStat
+from conveyor.backends.base import JobStat, fit_buckets
 from conveyor.backends.namedsql import parse_named_blocks, trusted_sql
 
 
@@ -38,15 +38,10 @@ def _load() -> StatQueries:
 
 
 SQ = _load()
-_WIDTH = len(DURATION_BUCKETS)
-
-
-def _fit(counts: Sequence[int]) -> list[int]:
-    return ([int(n) for n in counts] + [0] * _WIDTH)[:_WIDTH]
 
 
 def _buckets(text: str | None) -> list[int]:
-    return _fit(json.loads(text) if text else [])
+    return fit_buckets(json.loads(text) if text else [])
 
 
 def _merge(
@@ -57,10 +52,10 @@ def _merge(
     stat: JobStat,
 ) -> None:
     row = conn.execute(select, key).fetchone()
-    count, total, buckets = (0, 0.0, [0] * _WIDTH)
+    count, total, buckets = (0, 0.0, fit_buckets([]))
     if row is not None:
         count, total, buckets = int(row[0]), float(row[1]), _buckets(row[2])
-    merged = [a + b for a, b in zip(buckets, _fit(stat.buckets), strict=True)]
+    merged = [a + b for a, b in zip(buckets, fit_buckets(stat.buckets), strict=True)]
     conn.execute(
         upsert,
         {

@@ -8,8 +8,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from conveyor.durations import parse_duration
-from conveyor.errors import InvalidStateError, JobNotFound, UnknownTask
+from conveyor.errors import InvalidStateError, JobNotFound
 from conveyor.job import Job, JobState
+from conveyor.producer import check_task_known
 from conveyor.server.api.models import EnqueueBody, JobListQuery
 from conveyor.server.auth import Scope
 from conveyor.server.responses import json_response
@@ -46,8 +47,7 @@ def _options(body: EnqueueBody) -> dict[str, Any]:
 async def enqueue(request: Request) -> Response:
     body = await read_body(request, EnqueueBody)
     app = app_of(request)
-    if body.task not in app.tasks:
-        raise UnknownTask(f"no task named {body.task!r} is registered in the served app")
+    check_task_known(app.tasks, body.task)
     job = await app.enqueue(body.task, body.payload, **_options(body))
     # A live idempotency key returns the existing job: nothing was created.
     return json_response(job.to_dict(), status=200 if job.duplicate else 201)

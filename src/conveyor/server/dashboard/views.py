@@ -226,6 +226,8 @@ class JobDetail:
     result: str | None
     progress: str | None
     metadata: str | None
+    retry_of_gone: bool = False
+    """The job this one retries was deleted or purged: no link to a 404."""
 
 
 def pretty(value: Any) -> str:
@@ -237,6 +239,7 @@ async def job_detail(app: Conveyor, job_id: str) -> JobDetail | None:
     now, job = await asyncio.gather(backend.now(), app.get_job(job_id))
     if job is None:
         return None
+    gone = job.retry_of is not None and await app.get_job(job.retry_of) is None
     return JobDetail(
         now=now,
         job=job,
@@ -244,6 +247,7 @@ async def job_detail(app: Conveyor, job_id: str) -> JobDetail | None:
         result=pretty(job.result) if job.result is not None else None,
         progress=pretty(job.progress) if job.progress is not None else None,
         metadata=pretty(job.metadata) if job.metadata else None,
+        retry_of_gone=gone,
     )
 
 

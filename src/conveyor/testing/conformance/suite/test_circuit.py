@@ -248,6 +248,26 @@ async def test_reset_circuit(backend: Backend) -> None:
     await backend.reset_circuit("never-heard-of")  # no error
 
 
+async def test_clear_circuit_failures_forgets_closed_counts_only(backend: Backend) -> None:
+    await open_circuit(backend, "open-one", policy=STAYS_OPEN)
+    for task in ("a", "b"):
+        await fail_run(backend, task, POLICY)
+        await fail_run(backend, task, POLICY)
+    await backend.clear_circuit_failures("a")
+    circuits = {c.task: c for c in await backend.list_circuits()}
+    assert (circuits["a"].state, circuits["a"].failures) == (CircuitState.CLOSED, 0)
+    assert circuits["b"].failures == 2
+    await backend.clear_circuit_failures(None)  # every closed circuit
+    circuits = {c.task: c for c in await backend.list_circuits()}
+    assert circuits["b"].failures == 0
+    assert (circuits["open-one"].state, circuits["open-one"].failures) == (CircuitState.OPEN, 3)
+    # A count that starts again from zero needs the full threshold to open.
+    await fail_run(backend, "a", POLICY)
+    await fail_run(backend, "a", POLICY)
+    assert (await circuit_of(backend, "a")) == CircuitInfo("a", CircuitState.CLOSED, 2)
+    await backend.clear_circuit_failures("never-heard-of")  # no error
+
+
 async def test_circuit_tasks_false_ignores_circuits(backend: Backend) -> None:
     await open_circuit(backend, policy=STAYS_OPEN)
     await backend.enqueue_jobs([new_job("flaky") for _ in range(2)])

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from conveyor.backends.base import Backend, ClaimRequest, JobFilter
-from conveyor.backends.registry import backend_from_url
 from conveyor.ids import new_id
 from conveyor.job import JobState
-from support.kits import BackendKit
+from conveyor.testing.conformance.kit import BackendKit
 
 from .helpers import (
     CLOCK_SLACK,
@@ -287,7 +286,7 @@ async def test_a_cancelled_claim_leaves_no_job_claimed_by_nobody(kit: BackendKit
     """The caller of a claim is cancelled while it is in flight: whatever the
     claim took anyway goes back to waiting with its attempt returned, by the
     time ``close`` returns (not after a lease expiry)."""
-    first = backend_from_url(kit.shared_url())
+    first = kit.shared_backend()
     await first.open()
     await enqueue(first, *(new_job() for _ in range(10)))
     task = asyncio.create_task(first.claim_jobs(ClaimRequest("w", ["default"], 5, lease=600)))
@@ -299,7 +298,7 @@ async def test_a_cancelled_claim_leaves_no_job_claimed_by_nobody(kit: BackendKit
         kept = 0
     await first.close()  # waits for the claim in flight and its release
 
-    second = backend_from_url(kit.shared_url())
+    second = kit.shared_backend()
     await second.open()
     try:
         waiting = await second.list_jobs(JobFilter(states=[JobState.WAITING]))

@@ -8,8 +8,8 @@ import pytest
 
 from conveyor.backends.base import Backend, JobFilter, Outcome
 from conveyor.job import FailureReason, JobState
+from conveyor.testing.conformance.kit import BackendKit
 
-from .conftest import BackendKit
 from .helpers import (
     claim,
     claim_exact,

@@ -1,0 +1,93 @@
+"""The SQL side of RabbitMQ dispatch (conveyor.dispatch): what the relay takes
+and marks, what the reconciler undispatches, what a broker dead letter fails.
+Statements in dispatch.sql; none of them is on the enqueue/claim path."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Sequence
+from importlib import resources
+from typing import LiteralString
+
+from conveyor.backends.namedsql import parse_named_blocks
+from conveyor.backends.postgres.connection import Pool
+from conveyor.backends.postgres.decode import job_from_row
+from conveyor.backends.postgres.queries import substitute
+from conveyor.errors import BackendError
+from conveyor.job import Job
+
+logger = logging.getLogger("conveyor.backends.postgres")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Dispatchable:
+    """A due job to publish: its id, queue, expiry and the dispatch stamp."""
+
+    id: str
+    queue: str
+    expires_at: float | None
+    stamp: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DispatchQueries:
+    ensure_index: LiteralString
+    take: LiteralString
+    untake: LiteralString
+    reconcile: LiteralString
+    expire: LiteralString
+    lag: LiteralString
+
+
+_BLOCKS = parse_named_blocks(
+    resources.files("conveyor.backends.postgres").joinpath("dispatch.sql").read_text("utf-8")
+)
+
+
+@functools.cache
+def dispatch_queries(schema: str, channel: str) -> DispatchQueries:
+    return DispatchQueries(**{k: substitute(v, schema, channel) for k, v in _BLOCKS.items()})
+
+
+class DispatchStore:
+    """The relay's, reconciler's and dead-letter handler's queries on one schema."""
+
+    def __init__(self, pool: Pool, schema: str, channel: str) -> None:
+        self.pool = pool
+        self.q = dispatch_queries(schema, channel)
+        self._indexed = False
+
+    async def ensure_index(self) -> None:
+        """The relay's partial index, built once without blocking writers."""
+        if self._indexed:
+            return
+        try:
+            await self.pool.execute("dispatch index", self.q.ensure_index)
+        except BackendError as exc:
+            # Another relay building it at the same moment: the relay works
+            # without the index, only slower; the next start retries.
+            logger.warning("could not create the dispatch index: %s", exc)
+        self._indexed = True
+
+    async def take(self, limit: int) -> list[Dispatchable]:
+        rows = await self.pool.fetch("dispatch take", self.q.take, limit)
+        return [Dispatchable(r[0], r[1], r[2], r[3]) for r in rows]
+
+    async def untake(self, items: Sequence[Dispatchable]) -> None:
+        if items:
+            ids = [item.id for item in items]
+            stamps = [item.stamp for item in items]
+            await self.pool.execute("dispatch untake", self.q.untake, ids, stamps)
+
+    async def reconcile(self, older_than: float, limit: int) -> int:
+        rows = await self.pool.fetch("dispatch reconcile", self.q.reconcile, older_than, limit)
+        return len(rows)
+
+    async def expire(self, job_id: str, stamp: float, message: str) -> Job | None:
+        rows = await self.pool.fetch("dispatch expire", self.q.expire, job_id, stamp, message)
+        return job_from_row(rows[0]) if rows else None
+
+    async def lag(self) -> float:
+        return float(await self.pool.fetchval("dispatch lag", self.q.lag))

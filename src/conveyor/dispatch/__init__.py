@@ -1,0 +1,185 @@
+"""RabbitMQ dispatch: the broker carries dispatch, the SQL store keeps all the
+state (docs/explanation/rabbitmq.md). Imported only when ``dispatch`` is set;
+aio-pika is imported on first use, with an install hint when it is missing.
+
+- topology.py: names and arguments of the broker's queues, declared idempotently
+- relay.py: publishes due jobs that have no message yet (publisher confirms)
+- consumer.py: a worker's deliveries wake its store claim, then are acknowledged
+- deadletters.py: the broker's dead letters fail their jobs ``expired`` (fenced)
+- reconciler.py: republishes due jobs whose message went missing
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from conveyor.dispatch.topology import DispatchOptions, parse_dispatch_url
+from conveyor.errors import ConfigurationError, MissingDependency
+
+if TYPE_CHECKING:
+    from aio_pika.abc import AbstractRobustConnection
+
+    from conveyor.backends.base import Backend
+    from conveyor.backends.postgres.dispatch import DispatchStore
+    from conveyor.dispatch.consumer import WaitForWork, WorkerConsumer
+    from conveyor.dispatch.deadletters import DeadLetterHandler
+    from conveyor.dispatch.reconciler import Reconciler
+    from conveyor.dispatch.relay import Relay
+    from conveyor.events import EventBus
+    from conveyor.worker.worker import Worker
+
+__all__ = [
+    "DispatchOptions",
+    "Dispatcher",
+    "parse_dispatch_url",
+    "require_client",
+    "start_worker_dispatch",
+    "store_of",
+]
+
+logger = logging.getLogger("conveyor.dispatch")
+
+
+def require_client() -> None:
+    """aio-pika, or a MissingDependency saying how to install it."""
+    try:
+        importlib.import_module("aio_pika")
+    except ModuleNotFoundError as exc:
+        raise MissingDependency(
+            f"dispatch needs {exc.name}: pip install 'conveyor[rabbitmq]'"
+        ) from exc
+
+
+def store_of(backend: Backend) -> DispatchStore:
+    """The store side of dispatch; only the SQL stores keep it."""
+    factory = getattr(backend, "dispatch_store", None)
+    if factory is None:
+        raise ConfigurationError(
+            f"dispatch needs a SQL store (PostgreSQL): {type(backend).__name__} cannot "
+            f"keep the dispatch record in the job's transaction"
+        )
+    store: DispatchStore = factory()
+    return store
+
+
+class Dispatcher:
+    """One process's dispatch roles on one robust broker connection: the relay,
+    the reconciler, the dead-letter handler and, in a worker, its consumer.
+
+    ``roles`` picks the background roles ("relay", "reconciler", "dead_letters").
+    """
+
+    def __init__(
+        self,
+        url: str,
+        backend: Backend,
+        *,
+        worker_queue_ttl: float,
+        events: EventBus | None = None,
+        roles: Sequence[str] = ("relay", "reconciler", "dead_letters"),
+    ) -> None:
+        require_client()
+        self.options = parse_dispatch_url(url)
+        self.store = store_of(backend)
+        self.worker_queue_ttl = worker_queue_ttl
+        self.events = events
+        self.roles = tuple(roles)
+        self.connection: AbstractRobustConnection | None = None
+        self.relay: Relay | None = None
+        self.reconciler: Reconciler | None = None
+        self.dead_letters: DeadLetterHandler | None = None
+        self.consumer: WorkerConsumer | None = None
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    async def start(self) -> None:
+        """Connect (retrying in the background while the broker is down) and
+        start the roles; returns at once."""
+        self._tasks.append(asyncio.create_task(self._start_roles(), name="dispatch start"))
+
+    async def _start_roles(self) -> None:
+        from conveyor.dispatch import broker
+        from conveyor.dispatch.deadletters import DeadLetterHandler
+        from conveyor.dispatch.reconciler import Reconciler
+        from conveyor.dispatch.relay import Relay
+        from conveyor.dispatch.topology import declare_dead_letters
+
+        self.connection = await broker.connect(self.options.url, self._stopping)
+        if self.connection is None:
+            return
+        if "relay" in self.roles:
+            self.relay = Relay(self.store, self.connection, self.options, self.worker_queue_ttl)
+            self._spawn(self.relay.run(), "dispatch relay")
+        if "reconciler" in self.roles:
+            wake = self.relay.wake if self.relay is not None else (lambda: None)
+            self.reconciler = Reconciler(self.store, self.options.reconcile_after, wake)
+            self._spawn(self.reconciler.run(), "dispatch reconciler")
+        if "dead_letters" in self.roles:
+            self.dead_letters = DeadLetterHandler(self.store, self.events)
+            channel = await self.connection.channel()
+            await channel.set_qos(prefetch_count=50)
+            _, queue = await declare_dead_letters(channel, self.options)
+            await queue.consume(self.dead_letters.handle)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def consume(
+        self, queues: Sequence[str], prefetch: int, wait_for_work: WaitForWork
+    ) -> WorkerConsumer:
+        """A worker's consumer on ``queues``; its ``wait_for_work`` replaces the
+        store's in the claim loop. Waits for the broker connection."""
+        from conveyor.dispatch.consumer import WorkerConsumer
+
+        while self.connection is None:
+            if self._stopping.is_set():
+                raise ConfigurationError("dispatch stopped before the broker answered")
+            await asyncio.sleep(0.05)
+        consumer = WorkerConsumer(await self.connection.channel(), wait_for_work)
+        await consumer.start(self.options, queues, self.worker_queue_ttl, prefetch)
+        self.consumer = consumer
+        return consumer
+
+    async def close(self) -> None:
+        self._stopping.set()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self.consumer is not None:
+            with contextlib.suppress(Exception):
+                await self.consumer.close()
+        if self.connection is not None:
+            with contextlib.suppress(Exception):
+                await self.connection.close()
+            self.connection = None
+
+
+async def start_worker_dispatch(worker: Worker) -> Dispatcher:
+    """Start a worker's dispatch roles; once the broker answers, its deliveries
+    wake the worker's claims (until then the store's wait serves alone)."""
+    backend = worker.runtime.backend
+    dispatcher = Dispatcher(
+        worker.settings.dispatch or "",
+        backend,
+        worker_queue_ttl=worker.settings.worker_queue_ttl,
+        events=worker.runtime.events,
+    )
+    await dispatcher.start()
+
+    async def attach() -> None:
+        # Bounded by the worker's slots plus what it may hold ahead of them.
+        prefetch = worker.concurrency + worker.prefetch
+        consumer = await dispatcher.consume(worker.queues, prefetch, backend.wait_for_work)
+        worker.wait_for_work = consumer.wait_for_work
+        worker.wake()
+
+    dispatcher._spawn(attach(), "dispatch consumer")
+    return dispatcher

@@ -1,0 +1,59 @@
+"""The dead-letter handler: consumes the broker's dead-letter queue. A letter
+whose dispatch is still the job's current one, for a job still due and
+unclaimed, fails the job ``expired`` with the broker's reason (from
+``x-death``); any other job is left alone (the SQL fences it). A malformed
+letter is logged and dropped; a store error requeues the letter."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from conveyor.dispatch.messages import death_reason, decode
+from conveyor.errors import BackendError
+
+if TYPE_CHECKING:
+    from aio_pika.abc import AbstractIncomingMessage
+
+    from conveyor.backends.postgres.dispatch import DispatchStore
+    from conveyor.events import EventBus
+
+logger = logging.getLogger("conveyor.dispatch")
+
+#: Before a letter goes back after a store error (no hot loop while it is down).
+REQUEUE_DELAY = 1.0
+
+
+class DeadLetterHandler:
+    def __init__(self, store: DispatchStore, events: EventBus | None = None) -> None:
+        self.store = store
+        self.events = events
+        self.expired = 0
+        self.ignored = 0
+        self.dropped = 0
+
+    async def handle(self, message: AbstractIncomingMessage) -> None:
+        try:
+            envelope = decode(message.body)
+        except ValueError as exc:
+            self.dropped += 1
+            logger.warning("dropping a malformed dead letter (%s): %r", exc, message.body[:200])
+            await message.ack()
+            return
+        reason = death_reason(dict(message.headers or {}))
+        try:
+            job = await self.store.expire(envelope.job_id, envelope.stamp, reason)
+        except (BackendError, OSError) as exc:
+            logger.warning("dead letter of job %s requeued: %s", envelope.job_id, exc)
+            await asyncio.sleep(REQUEUE_DELAY)
+            await message.nack(requeue=True)
+            return
+        await message.ack()
+        if job is None:
+            self.ignored += 1
+            return
+        self.expired += 1
+        if self.events is not None:
+            self.events.emit("expired", job=job)
+            self.events.emit("dead", job=job, reason="expired", error=job.error)

@@ -1,0 +1,118 @@
+"""The relay: publishes due jobs that have no message yet, with publisher
+confirms. A batch is marked dispatched in the store first (one statement,
+SKIP LOCKED: many relays are safe), then published; what the broker did not
+confirm is marked undispatched again. A relay that dies between the two leaves
+jobs the reconciler republishes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from conveyor.dispatch.messages import encode
+from conveyor.dispatch.topology import DispatchOptions, declare_dead_letters, declare_queue
+from conveyor.errors import BackendError
+
+if TYPE_CHECKING:
+    from aio_pika.abc import AbstractChannel, AbstractConnection
+
+    from conveyor.backends.postgres.dispatch import Dispatchable, DispatchStore
+
+logger = logging.getLogger("conveyor.dispatch")
+
+#: Idle wait between takes when nothing was due (the relay's share of latency).
+IDLE_WAIT = 0.02
+
+
+class Relay:
+    def __init__(
+        self,
+        store: DispatchStore,
+        connection: AbstractConnection,
+        options: DispatchOptions,
+        worker_queue_ttl: float,
+    ) -> None:
+        self.store = store
+        self.connection = connection
+        self.options = options
+        self.worker_queue_ttl = worker_queue_ttl
+        self.published = 0
+        self.failed = 0
+        self._channel: AbstractChannel | None = None
+        self._declared: set[str] = set()
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Take again now (the reconciler undispatched jobs)."""
+        self._wake.set()
+
+    async def _open(self) -> AbstractChannel:
+        if self._channel is None or self._channel.is_closed:
+            self._channel = await self.connection.channel(publisher_confirms=True)
+            self._declared.clear()
+            await declare_dead_letters(self._channel, self.options)
+        return self._channel
+
+    async def run_once(self) -> int:
+        """Publish one batch; returns how many jobs were taken."""
+        channel = await self._open()
+        await self.store.ensure_index()
+        items = await self.store.take(self.options.relay_batch)
+        if not items:
+            return 0
+        unsent: list[Dispatchable] = []
+        try:
+            for queue in sorted({item.queue for item in items} - self._declared):
+                await declare_queue(channel, self.options, queue, self.worker_queue_ttl)
+                self._declared.add(queue)
+            now = time.time()
+            exchange = channel.default_exchange
+            results = await asyncio.gather(
+                *(
+                    exchange.publish(
+                        encode(item, now), routing_key=self.options.queue_name(item.queue)
+                    )
+                    for item in items
+                ),
+                return_exceptions=True,
+            )
+            unsent = [i for i, r in zip(items, results, strict=True) if isinstance(r, Exception)]
+        except BaseException:
+            unsent = items
+            raise
+        finally:
+            self.published += len(items) - len(unsent)
+            if unsent:
+                self.failed += len(unsent)
+                await self._give_back(unsent)
+        return len(items)
+
+    async def _give_back(self, items: list[Dispatchable]) -> None:
+        try:
+            await asyncio.shield(self.store.untake(items))
+        except (BackendError, OSError) as exc:
+            # The reconciler republishes them after reconcile_after.
+            logger.warning("could not mark %d unpublished jobs undispatched: %s", len(items), exc)
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                taken = await self.run_once()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # broker or store down: retry, never stop
+                failures += 1
+                delay = min(0.05 * 2**failures, 5.0)
+                logger.warning("relay failed (retrying in %.2fs): %s", delay, exc)
+                await asyncio.sleep(delay)
+                continue
+            if taken >= self.options.relay_batch:
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), IDLE_WAIT)

@@ -1,0 +1,69 @@
+"""A PostgreSQL schema and a broker name prefix per test, both removed after it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import aio_pika
+import asyncpg
+import pytest
+
+from support.services import service_url
+
+
+@dataclass
+class Place:
+    """Where one test's jobs live: its store URL and its dispatch URL."""
+
+    postgres_url: str
+    schema: str
+    amqp_url: str
+    prefix: str
+    queues: set[str] = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        return f"{self.postgres_url}?schema={self.schema}"
+
+    def dispatch(self, **options: str) -> str:
+        query = "&".join(f"{k}={v}" for k, v in {"prefix": self.prefix, **options}.items())
+        return f"{self.amqp_url}?{query}"
+
+    def broker_queue(self, queue: str) -> str:
+        self.queues.add(queue)
+        return f"{self.prefix}{queue}"
+
+    async def message_count(self, queue: str) -> int:
+        """Messages ready in the broker queue of ``queue`` (declared passively)."""
+        connection = await aio_pika.connect(self.amqp_url)
+        async with connection:
+            channel = await connection.channel()
+            declared = await channel.declare_queue(self.broker_queue(queue), passive=True)
+            return declared.declaration_result.message_count or 0
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> str:
+    return service_url("CONVEYOR_TEST_AMQP_URL", "RabbitMQ server")
+
+
+@pytest.fixture
+async def place(postgres_url: str, amqp_url: str) -> AsyncIterator[Place]:
+    tag = uuid.uuid4().hex[:12]
+    where = Place(postgres_url, f"t_{tag}", amqp_url, f"t{tag}.")
+    try:
+        yield where
+    finally:
+        connection = await aio_pika.connect(amqp_url)
+        async with connection:
+            channel = await connection.channel()
+            for name in [*where.queues, "dead-letters"]:
+                await channel.queue_delete(f"{where.prefix}{name}")
+            await channel.exchange_delete(f"{where.prefix}dead-letter")
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{where.schema}" CASCADE')
+        finally:
+            await conn.close()

@@ -1,0 +1,196 @@
+"""RabbitMQ dispatch against the real broker and PostgreSQL: the seed's
+worker-queue TTL through the broker's dead-letter path, enqueue while the
+broker is down, a malformed dead letter, a lost publish healed by the
+reconciler, and a drain with none lost and none run twice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import aio_pika
+import pytest
+from rabbitmq_fixtures import Place, amqp_url, place
+from worker_fixtures import running
+
+from conveyor import Conveyor
+from conveyor.dispatch import Dispatcher
+from conveyor.job import JobState
+
+__all__ = ["amqp_url", "place"]  # fixtures
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def make_app(where: Place, dispatch: str | None = None, **settings: Any) -> Conveyor:
+    # The poll is only a backstop with dispatch: long, so deliveries do the waking.
+    app = Conveyor(
+        where.url,
+        dispatch=dispatch or where.dispatch(),
+        worker_queue_ttl=1.0,
+        poll_interval=30.0,
+        **settings,
+    )
+    ran: Counter[str] = Counter()
+
+    @app.task("work")
+    async def work(ctx: Any, n: int = 0) -> int:
+        ran[ctx.job.id] += 1
+        return n
+
+    app.ran = ran  # type: ignore[attr-defined]
+    return app
+
+
+async def wait_until(check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_worker_queue_ttl_fails_job_through_the_broker_dead_letter(place: Place) -> None:
+    app = make_app(place)
+    place.queues.update({"default", "worker.alive", "worker.gone"})
+    try:
+        async with running(app, worker_id="alive", queues=["default"]):
+            sent = time.monotonic()
+            lost = await app.enqueue("work", {"n": 1}, worker="gone")
+            served = [await app.enqueue("work", {"n": i}, worker="alive") for i in range(5)]
+            for job in served:
+                done = await app.wait_for_job(job.id, timeout=5)
+                assert done.state is JobState.COMPLETED
+            failed = await app.wait_for_job(lost.id, timeout=1.0 + 2.0)
+            took = time.monotonic() - sent
+        assert failed.state is JobState.FAILED
+        assert failed.failure_reason is not None
+        assert failed.failure_reason.value == "expired"
+        assert failed.error is not None
+        assert "x-death reason 'expired'" in failed.error.message
+        assert f"{place.prefix}worker.gone" in failed.error.message
+        assert took <= 3.0
+    finally:
+        await app.close()
+
+
+async def test_enqueue_with_the_broker_down_is_published_once_it_is_back(place: Place) -> None:
+    closed = "amqp://guest:guest@127.0.0.1:1/%2F"  # nothing listens on port 1
+    app = make_app(place, dispatch=f"{closed}?prefix={place.prefix}")
+    place.queues.add("default")
+    try:
+        jobs = [await app.enqueue("work", {"n": i}) for i in range(3)]  # does not fail
+        backend = await app.runtime.connect()
+        store = backend.dispatch_store()  # type: ignore[attr-defined]
+        assert await store.lag() >= 0.0
+        # The broker "comes back": a relay on the real one publishes what waited.
+        relay = Dispatcher(place.dispatch(), backend, worker_queue_ttl=1.0, roles=("relay",))
+        await relay.start()
+        try:
+            await wait_until(lambda: _published(relay, 3), 10)
+            assert await place.message_count("default") == 3
+        finally:
+            await relay.close()
+        for job in jobs:
+            stored = await app.get_job(job.id)
+            assert stored is not None
+            assert stored.state is JobState.WAITING
+    finally:
+        await app.close()
+
+
+async def _published(dispatcher: Dispatcher, n: int) -> bool:
+    return dispatcher.relay is not None and dispatcher.relay.published >= n
+
+
+async def test_a_malformed_dead_letter_is_dropped(place: Place) -> None:
+    app = make_app(place)
+    try:
+        backend = await app.runtime.connect()
+        handler = Dispatcher(
+            place.dispatch(), backend, worker_queue_ttl=1.0, roles=("dead_letters",)
+        )
+        await handler.start()
+        try:
+            await wait_until(lambda: _has_handler(handler), 10)
+            connection = await aio_pika.connect(place.amqp_url)
+            async with connection:
+                channel = await connection.channel()
+                exchange = await channel.get_exchange(f"{place.prefix}dead-letter")
+                await exchange.publish(aio_pika.Message(b"not json {"), routing_key="")
+                await exchange.publish(aio_pika.Message(b'{"id": 5}'), routing_key="")
+            await wait_until(lambda: _dropped(handler, 2), 10)
+            await wait_until(lambda: _empty(place, "dead-letters"), 10)
+        finally:
+            await handler.close()
+    finally:
+        await app.close()
+
+
+async def _has_handler(dispatcher: Dispatcher) -> bool:
+    return dispatcher.dead_letters is not None
+
+
+async def _dropped(dispatcher: Dispatcher, n: int) -> bool:
+    return dispatcher.dead_letters is not None and dispatcher.dead_letters.dropped >= n
+
+
+async def _empty(where: Place, name: str) -> bool:
+    connection = await aio_pika.connect(where.amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(f"{where.prefix}{name}", passive=True)
+        return queue.declaration_result.message_count == 0
+
+
+async def test_a_lost_publish_is_healed_by_the_reconciler(place: Place) -> None:
+    app = make_app(place)
+    place.queues.add("default")
+    try:
+        backend = await app.runtime.connect()
+        job = await app.enqueue("work", {"n": 7})
+        # A relay marked it dispatched, then its publish was lost.
+        store = backend.dispatch_store()  # type: ignore[attr-defined]
+        taken = await store.take(10)
+        assert [item.id for item in taken] == [job.id]
+        assert await store.take(10) == []  # dispatched: no relay takes it again
+        dispatcher = Dispatcher(
+            place.dispatch(reconcile_after="0.5s"),
+            backend,
+            worker_queue_ttl=1.0,
+            roles=("relay", "reconciler"),
+        )
+        await dispatcher.start()
+        try:
+            await wait_until(lambda: _published(dispatcher, 1), 10)
+            assert dispatcher.reconciler is not None
+            assert dispatcher.reconciler.reconciled == 1
+            assert await place.message_count("default") == 1
+        finally:
+            await dispatcher.close()
+        stored = await app.get_job(job.id)
+        assert stored is not None
+        assert stored.state is JobState.WAITING
+    finally:
+        await app.close()
+
+
+async def test_a_worker_drains_jobs_none_lost_none_run_twice(place: Place) -> None:
+    app = make_app(place)
+    place.queues.update({"default", "worker.d1", "worker.d2"})
+    n = 1000
+    try:
+        async with (
+            running(app, worker_id="d1", queues=["default"], concurrency=20),
+            running(app, worker_id="d2", queues=["default"], concurrency=20),
+        ):
+            jobs = await app.enqueue_many([("work", {"n": i}) for i in range(n)])
+            for job in jobs:
+                done = await app.wait_for_job(job.id, timeout=30)
+                assert done.state is JobState.COMPLETED
+        ran: Counter[str] = app.ran  # type: ignore[attr-defined]
+        assert len(ran) == n
+        assert set(ran.values()) == {1}
+    finally:
+        await app.close()
