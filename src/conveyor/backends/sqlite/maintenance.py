@@ -13,15 +13,20 @@ from conveyor.backends.base import PruneRule, StallResult
 from conveyor.backends.sqlite.admin import CHUNK, remember_final_states
 from conveyor.backends.sqlite.connection import ThreadConnection
 from conveyor.backends.sqlite.decode import Row, job_from_row
+from conveyor.backends.sqlite.dependencies import finished_with_dependents, resolve_dependents
 from conveyor.backends.sqlite.queries import Q
 from conveyor.job import TERMINAL_STATES, JobState
 from conveyor.serialization import dumps_str
 
 
-def recover_stalled(conn: sqlite3.Connection, max_stalled: int) -> StallResult:
-    params = {"now": time.time(), "max_stalled": max_stalled}
+def recover_stalled(conn: sqlite3.Connection, max_stalled: int) -> tuple[StallResult, set[str]]:
+    """The recovered jobs, and the queues that got a job back to wake: the
+    requeued ones' and those of the dependents released by jobs that ended."""
+    now = time.time()
+    params = {"now": now, "max_stalled": max_stalled}
     result = StallResult()
-    for row in conn.execute(Q.recover_stalled, params).fetchall():
+    rows = conn.execute(Q.recover_stalled, params).fetchall()
+    for row in rows:
         job = job_from_row(row)
         if job.state is JobState.WAITING:
             result.requeued.append(job)
@@ -29,7 +34,11 @@ def recover_stalled(conn: sqlite3.Connection, max_stalled: int) -> StallResult:
             result.cancelled.append(job)
         else:
             result.failed.append(job)
-    return result
+    wake = {job.queue for job in result.requeued}
+    finished = finished_with_dependents(rows)
+    if finished:
+        wake |= resolve_dependents(conn, finished, now)
+    return result, wake
 
 
 def prune_chunk(conn: sqlite3.Connection, rule: PruneRule) -> int:
