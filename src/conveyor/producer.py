@@ -40,6 +40,7 @@ ENQUEUE_OPTIONS = frozenset(
         "worker",
         "depends_on",
         "on_dependency_failure",
+        "idempotency_ttl",
     }
 )
 
@@ -66,6 +67,7 @@ class _Defaults:
     max_attempts: int
     timeout: float | None
     ttl: float | None
+    idempotency_ttl: float
 
 
 class JobBuilder:
@@ -90,6 +92,8 @@ class JobBuilder:
                 or self._settings.default_attempts,
                 timeout=options.timeout if options else None,
                 ttl=options.ttl if options else None,
+                idempotency_ttl=(options.idempotency_ttl if options else None)
+                or self._settings.idempotency_ttl,
             )
             self._defaults[name] = found
         return found
@@ -132,7 +136,7 @@ class JobBuilder:
                 None,
                 d.ttl,
                 None,
-                self._settings.idempotency_ttl,
+                d.idempotency_ttl,
             )
         return self._build_with_options(task, d, data, options, job_id or new_id())
 
@@ -186,7 +190,7 @@ class JobBuilder:
             run_at=float(run_at) if run_at is not None else None,
             ttl=parse_duration(ttl) if ttl is not None else None,
             idempotency_key=key,
-            idempotency_ttl=settings.idempotency_ttl,
+            idempotency_ttl=_positive_duration("idempotency_ttl", options, d.idempotency_ttl),
             tenant=tenant,
             metadata=serialization.dumps(metadata) if metadata else None,
             depends_on=depends_on,
@@ -225,3 +229,20 @@ def _json_kind(data: bytes) -> str:
     if data == b"null":
         return "null"
     return "a number"
+
+
+def _positive_duration(name: str, options: Mapping[str, Any], default: float) -> float:
+    """The duration option ``name`` (seconds or a string like ``"30m"``), > 0."""
+    given = options.get(name)
+    return default if given is None else positive_duration(name, given)
+
+
+def positive_duration(name: str, given: float | str) -> float:
+    """``given`` in seconds; a ``ValueError`` naming option ``name`` unless > 0."""
+    try:
+        value = parse_duration(given)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive duration, not {given!r}")
+    return value

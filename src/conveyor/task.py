@@ -47,6 +47,7 @@ class TaskOptions:
     rate_limit: RateLimit | None = None
     concurrency: int | None = None
     ttl: float | None = None
+    idempotency_ttl: float | None = None
     keep_completed: Retention = None
     keep_failed: Retention = None
     circuit_threshold: int | None = None
@@ -70,6 +71,7 @@ def build_options(
     rate_limit: str | RateLimit | None = None,
     concurrency: int | None = None,
     ttl: float | str | None = None,
+    idempotency_ttl: float | str | None = None,
     keep_completed: Any = _UNSET,
     keep_failed: Any = _UNSET,
     circuit_threshold: int | None = None,
@@ -86,6 +88,11 @@ def build_options(
         raise ValueError("concurrency must be >= 1")
     if not queue:
         raise ValueError("queue must be a non-empty name")
+    key_ttl = None
+    if idempotency_ttl is not None:
+        from conveyor.producer import positive_duration
+
+        key_ttl = positive_duration("idempotency_ttl", idempotency_ttl)
     return TaskOptions(
         queue=queue,
         attempts=attempts,
@@ -95,6 +102,7 @@ def build_options(
         rate_limit=RateLimit.parse(rate_limit) if isinstance(rate_limit, str) else rate_limit,
         concurrency=concurrency,
         ttl=parse_duration(ttl) if ttl is not None else None,
+        idempotency_ttl=key_ttl,
         keep_completed=None if keep_completed is _UNSET else _retention(keep_completed),
         keep_failed=None if keep_failed is _UNSET else _retention(keep_failed),
         keep_completed_set=keep_completed is not _UNSET,
@@ -122,6 +130,7 @@ class Handler:
     rate_limit: str | None = None
     concurrency: int | None = None
     ttl: float | str | None = None
+    idempotency_ttl: float | str | None = None
     circuit_threshold: int | None = None
     circuit_open_for: float | str | None = None
     retry_on: tuple[type[BaseException], ...] = ()
@@ -141,6 +150,7 @@ class Handler:
             rate_limit=self.rate_limit,
             concurrency=self.concurrency,
             ttl=self.ttl,
+            idempotency_ttl=self.idempotency_ttl,
             circuit_threshold=self.circuit_threshold,
             circuit_open_for=self.circuit_open_for,
             retry_on=self.retry_on,
