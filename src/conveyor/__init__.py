@@ -11,6 +11,7 @@ from conveyor.errors import (
     ConveyorError,
     InvalidSchedule,
     InvalidStateError,
+    InvalidWorkflow,
     JobCancelled,
     JobFailed,
     JobNotFound,
@@ -21,9 +22,10 @@ from conveyor.errors import (
     UnknownTask,
     ValidationError,
 )
-from conveyor.job import ErrorInfo, FailureReason, Job, JobState
+from conveyor.job import DependencyPolicy, ErrorInfo, FailureReason, Job, JobState
 from conveyor.retry import Backoff
 from conveyor.task import Handler, Priority, Task
+from conveyor.workflow import Step, Workflow, WorkflowState, chain, chord, group
 
 __version__ = "0.1.0.dev0"
 
@@ -34,11 +36,13 @@ __all__ = [
     "ConfigurationError",
     "Conveyor",
     "ConveyorError",
+    "DependencyPolicy",
     "ErrorInfo",
     "FailureReason",
     "Handler",
     "InvalidSchedule",
     "InvalidStateError",
+    "InvalidWorkflow",
     "Job",
     "JobCancelled",
     "JobContext",
@@ -50,8 +54,14 @@ __all__ = [
     "QueueFull",
     "ScheduleNotFound",
     "SerializationError",
+    "Step",
     "Task",
     "UnknownTask",
     "ValidationError",
+    "Workflow",
+    "WorkflowState",
     "__version__",
+    "chain",
+    "chord",
+    "group",
 ]

@@ -18,6 +18,8 @@ from conveyor.runtime import EnqueueItem, Runtime
 from conveyor.scheduler.admin import Schedules
 from conveyor.settings import Settings, load_settings
 from conveyor.task import FunctionHandler, Handler, Task, build_options
+from conveyor.workflow import Node, Step, Workflow
+from conveyor.workflow import start as start_workflow
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -189,6 +191,27 @@ class Conveyor:
     def enqueue_sync(self, task: str, payload: Any = None, **options: Any) -> Job:
         """Enqueue from sync code (Django, Flask, scripts); safe from any thread."""
         return self.runtime.enqueue_sync(task, payload, **options)
+
+    # -- workflows --------------------------------------------------------------
+    def step(self, task: str | Task, payload: Any = None, **options: Any) -> Step:
+        """A workflow step (a job not enqueued yet) with ``app.enqueue``'s options."""
+        name = task.name if isinstance(task, Task) else task
+        return Step(name, payload, options)
+
+    async def start(self, workflow: Node) -> Workflow:
+        """Start a workflow (``chain``, ``group``, ``chord``, or one step): every job
+        stored in one backend call, or none. Raises ``InvalidWorkflow`` for an
+        unknown task or dependency before anything is stored."""
+        return await start_workflow(self.runtime, workflow)
+
+    def start_sync(self, workflow: Node) -> Workflow:
+        """:meth:`start` from sync code."""
+        started = self.runtime.call_sync(lambda runtime: start_workflow(runtime, workflow))
+        return started.on(self.runtime)
+
+    async def get_workflow(self, workflow_id: str) -> Workflow | None:
+        """A started workflow by id, with its jobs as stored now."""
+        return await Workflow.load(self.runtime, workflow_id)
 
     # -- reading and acting ------------------------------------------------------
     async def get_job(self, job_id: str) -> Job | None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any
 
 from conveyor import serialization
-from conveyor.job import Job
+from conveyor.job import Job, JobState
 
 logger = logging.getLogger("conveyor.job")
 
@@ -28,17 +28,19 @@ _DONE = _Done()
 class JobContext:
     """Passed to every handler as its first argument."""
 
-    __slots__ = ("_cancelled", "_logger", "_on_progress", "job", "worker_id")
+    __slots__ = ("_cancelled", "_logger", "_on_progress", "_read_jobs", "job", "worker_id")
 
     def __init__(
         self,
         job: Job,
         worker_id: str,
         on_progress: Callable[[Job, dict[str, Any], bytes], None] | None = None,
+        read_jobs: Callable[[Sequence[str]], Awaitable[list[Job]]] | None = None,
     ) -> None:
         self.job = job
         self.worker_id = worker_id
         self._on_progress = on_progress
+        self._read_jobs = read_jobs
         self._cancelled = False
         self._logger: logging.LoggerAdapter[logging.Logger] | None = None
 
@@ -59,6 +61,24 @@ class JobContext:
     def mark_cancelled(self) -> None:
         """Set ``cancelled`` (the worker does, on a cancel, timeout or shutdown)."""
         self._cancelled = True
+
+    async def dependency_results(self) -> list[Any]:
+        """The results of the jobs this one depends on (``depends_on``; in a
+        chain the step before, in a chord every member of the group), in the
+        order they were given. A dependency that failed, was cancelled (policy
+        ``run``) or has since been deleted gives ``None``."""
+        wanted = self.job.depends_on
+        if not wanted:
+            return []
+        if self._read_jobs is None:
+            raise RuntimeError("this JobContext cannot read other jobs (no backend given)")
+        found = {job.id: job for job in await self._read_jobs(wanted)}
+        return [
+            found[job_id].result
+            if job_id in found and found[job_id].state is JobState.COMPLETED
+            else None
+            for job_id in wanted
+        ]
 
     def progress(self, percent: float | None = None, **fields: Any) -> Awaitable[None]:
         """Report progress: a percent and any JSON fields. Await it in async

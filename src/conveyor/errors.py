@@ -64,6 +64,11 @@ class SerializationError(EnqueueError, TypeError):
     """A payload, result or metadata value is not JSON-serialisable."""
 
 
+class InvalidWorkflow(EnqueueError, ValueError):
+    """A workflow or ``depends_on`` that cannot run: a cycle, an unknown
+    dependency id, or an unknown task. Nothing was stored."""
+
+
 class UnknownTask(ConveyorError, LookupError):
     """No handler is registered under this task name."""
 

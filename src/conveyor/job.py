@@ -16,10 +16,17 @@ JSON = Any  # payloads, results and metadata: JSON-serialisable values only
 class JobState(enum.StrEnum):
     """Where a job is in its life. Each member names who moves jobs in and out."""
 
+    BLOCKED = "blocked"
+    """Waits for the jobs it depends on (``depends_on``). In: enqueue, when a
+    dependency is not finished yet. Out: the backend operation that finishes its
+    last dependency (to waiting, or delayed until its ``run_at``), or cancelled
+    with reason ``dependency_failed`` when a dependency failed or was cancelled
+    (policy ``cancel``), or ``app.cancel``."""
+
     WAITING = "waiting"
     """In: enqueue, delayed promotion (inside the claim), stall recovery, release at
-    shutdown, dead-letter retry (as a new job). Out: a worker's claim (active),
-    TTL expiry inside the claim (failed/expired), cancel."""
+    shutdown, dead-letter retry (as a new job), the release of a blocked job. Out:
+    a worker's claim (active), TTL expiry inside the claim (failed/expired), cancel."""
 
     DELAYED = "delayed"
     """In: enqueue with a delay, a retry's backoff. Out: promoted to waiting by
@@ -39,17 +46,29 @@ class JobState(enum.StrEnum):
     (expired). Out: dead-letter delete/purge, the retention cleaner."""
 
     CANCELLED = "cancelled"
-    """Terminal. In: ``app.cancel`` (waiting/delayed at once, active via the worker).
-    Out: the retention cleaner."""
+    """Terminal. In: ``app.cancel`` (waiting/delayed/blocked at once, active via the
+    worker); a blocked job whose dependency failed (``dependency_failed``). Out:
+    the retention cleaner."""
+
+
+class DependencyPolicy(enum.StrEnum):
+    """What a job does when a job it depends on fails or is cancelled."""
+
+    CANCEL = "cancel"  # it is cancelled too, with reason dependency_failed (transitively)
+    RUN = "run"  # it runs anyway once every dependency has finished
 
 
 #: States a job can still leave by itself.
 PENDING_STATES = frozenset({JobState.WAITING, JobState.DELAYED})
-LIVE_STATES = frozenset({JobState.WAITING, JobState.DELAYED, JobState.ACTIVE})
+LIVE_STATES = frozenset({JobState.BLOCKED, JobState.WAITING, JobState.DELAYED, JobState.ACTIVE})
 TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
+#: States an enqueue stores a job in: pending, blocked on its dependencies, or
+#: cancelled at once because a dependency already failed (``dependency_failed``).
+CREATED_STATES = PENDING_STATES | {JobState.BLOCKED, JobState.CANCELLED}
 
 #: Every allowed state change; a unit test checks each backend-visible move against it.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.BLOCKED: frozenset({JobState.WAITING, JobState.DELAYED, JobState.CANCELLED}),
     JobState.WAITING: frozenset({JobState.ACTIVE, JobState.CANCELLED, JobState.FAILED}),
     JobState.DELAYED: frozenset({JobState.WAITING, JobState.CANCELLED}),
     JobState.ACTIVE: frozenset(
@@ -76,6 +95,8 @@ class FailureReason(enum.StrEnum):
     EXPIRED = "expired"
     INVALID = "invalid"
     UNKNOWN_TASK = "unknown_task"
+    DEPENDENCY_FAILED = "dependency_failed"
+    """Carried by a *cancelled* job: a job it depended on failed or was cancelled."""
 
 
 @dataclass(slots=True)
@@ -168,6 +189,11 @@ class Job:
     #: Set by a backend when a stored field could not be decoded (a corrupt row);
     #: the worker fails such a job as ``invalid`` instead of running it.
     decode_error: str | None = None
+    #: The jobs this one waits for, in the order given (``ctx.dependency_results``).
+    depends_on: list[str] = field(default_factory=list)
+    on_dependency_failure: DependencyPolicy = DependencyPolicy.CANCEL
+    #: The workflow this job belongs to (``app.start``), if any.
+    workflow_id: str | None = None
     _source: JobSource | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -206,6 +232,9 @@ class Job:
             "retried_as": self.retried_as,
             "retry_of": self.retry_of,
             "cancel_requested": self.cancel_requested,
+            "depends_on": list(self.depends_on),
+            "on_dependency_failure": self.on_dependency_failure.value,
+            "workflow_id": self.workflow_id,
             "duplicate": self.duplicate,
         }
 

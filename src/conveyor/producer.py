@@ -8,7 +8,7 @@ the hot path of ``enqueue_many``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ from conveyor.backends.base import NewJob
 from conveyor.durations import parse_duration
 from conveyor.errors import PayloadTooLarge, UnknownTask
 from conveyor.ids import new_id
+from conveyor.job import DependencyPolicy, Job
 
 if TYPE_CHECKING:
     from conveyor.settings import Settings
@@ -38,6 +39,8 @@ ENQUEUE_OPTIONS = frozenset(
         "queue",
         "ttl",
         "worker",
+        "depends_on",
+        "on_dependency_failure",
         "idempotency_ttl",
     }
 )
@@ -216,6 +219,7 @@ class JobBuilder:
         tenant = options.get("tenant")
         if tenant is not None and not isinstance(tenant, str):
             raise TypeError(f"tenant must be a string, not {type(tenant).__name__}")
+        depends_on, on_failure = dependencies(options)
         return check_bounds(
             NewJob(
                 id=job_id,
@@ -232,8 +236,30 @@ class JobBuilder:
                 idempotency_ttl=_positive_duration("idempotency_ttl", options, d.idempotency_ttl),
                 tenant=tenant,
                 metadata=serialization.dumps(metadata) if metadata else None,
+                depends_on=depends_on,
+                on_dependency_failure=on_failure,
             )
         )
+
+
+def dependencies(options: Mapping[str, Any]) -> tuple[list[str], DependencyPolicy]:
+    """``depends_on`` (jobs or ids, in order, repeats dropped) and the policy."""
+    given = options.get("depends_on") or ()
+    if isinstance(given, str | Job) or not isinstance(given, Iterable):
+        raise TypeError("depends_on must be a list of jobs or job ids")
+    ids: list[str] = []
+    for item in given:
+        job_id = item.id if isinstance(item, Job) else item
+        if not isinstance(job_id, str) or not job_id:
+            raise TypeError(f"depends_on takes jobs or job ids, not {item!r}")
+        ids.append(job_id)
+    policy = options.get("on_dependency_failure", DependencyPolicy.CANCEL)
+    try:
+        return list(dict.fromkeys(ids)), DependencyPolicy(policy)
+    except ValueError:
+        raise ValueError(
+            f"on_dependency_failure must be 'cancel' or 'run', not {policy!r}"
+        ) from None
 
 
 def _json_kind(data: bytes) -> str:

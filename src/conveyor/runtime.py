@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from conveyor.backends.base import Backend, QueueInfo, ScheduleSpec, TransactionalEnqueue
+from conveyor.backends.base import (
+    Backend,
+    NewJob,
+    QueueInfo,
+    ScheduleSpec,
+    TransactionalEnqueue,
+)
 from conveyor.backends.registry import backend_from_url
 from conveyor.errors import ConfigurationError, JobNotFound
 from conveyor.events import EventBus
@@ -28,6 +34,8 @@ if TYPE_CHECKING:
     from conveyor.portal import Portal
     from conveyor.settings import Settings
     from conveyor.task import Task
+
+T = TypeVar("T")
 
 #: What ``enqueue_many`` takes: (task, payload) or (task, payload, options).
 EnqueueItem = tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]
@@ -171,6 +179,10 @@ class Runtime:
             build(item[0], item[1], item[2] if len(item) > 2 else {}, job_id)
             for item, job_id in zip(batch, new_ids(len(batch)), strict=True)
         ]
+        return await self.store_new(new_jobs, connection=connection)
+
+    async def store_new(self, new_jobs: Sequence[NewJob], *, connection: Any = None) -> list[Job]:
+        """Store jobs already built (``enqueue_many``, workflow starts) in one call."""
         if not new_jobs:
             return []
         backend = await self.connect()
@@ -193,19 +205,21 @@ class Runtime:
 
     def enqueue_sync(self, task: str, payload: Any = None, **options: Any) -> Job:
         """Enqueue from sync code; safe from any thread."""
+        job = self.call_sync(lambda runtime: runtime.enqueue(task, payload, **options))
+        return job.bind(self)
+
+    def call_sync(self, fn: Callable[[Runtime], Awaitable[T]]) -> T:
+        """Run ``fn(runtime)`` from sync code, from any thread: on this runtime's
+        loop when it is live in another thread (its own backend, a private
+        memory:// store too, and its events), else on a twin in the portal."""
         loop = self._loop
         if loop is not None and loop.is_running() and not _runs_on(loop):
-            # Live on a loop in another thread: enqueue through it, into its own
-            # backend (a private memory:// store too), with its events.
-            return asyncio.run_coroutine_threadsafe(
-                self.enqueue(task, payload, **options), loop
-            ).result()
+            return asyncio.run_coroutine_threadsafe(_call(fn, self), loop).result()
         if self._portal is None:
             from conveyor.portal import Portal
 
             self._portal = Portal(self)
-        job = self._portal.call(lambda twin: twin.enqueue(task, payload, **options))
-        return job.bind(self)
+        return self._portal.call(fn)
 
     # -- jobs ---------------------------------------------------------------------
     async def get_job(self, job_id: str) -> Job | None:
@@ -232,6 +246,10 @@ class Runtime:
 
     def bind_all(self, jobs: Sequence[Job]) -> list[Job]:
         return [job.bind(self) for job in jobs]
+
+
+async def _call(fn: Callable[[Runtime], Awaitable[T]], runtime: Runtime) -> T:
+    return await fn(runtime)
 
 
 def _runs_on(loop: asyncio.AbstractEventLoop) -> bool:

@@ -15,6 +15,7 @@ from conveyor.settings import Retention
 if TYPE_CHECKING:
     from conveyor.context import JobContext
     from conveyor.job import Job
+    from conveyor.workflow import Step
 
 
 class Enqueuer(Protocol):
@@ -240,6 +241,12 @@ class Task:
 
     def enqueue_sync(self, **payload: Any) -> Job:
         return self._enqueuer.enqueue_sync(self.name, payload, **self._overrides)
+
+    def step(self, **payload: Any) -> Step:
+        """This task as a workflow step (not enqueued): ``chain(a.step(x=1), b.step())``."""
+        from conveyor.workflow import Step
+
+        return Step(self.name, payload, dict(self._overrides))
 
     def with_options(self, **options: Any) -> Task:
         """A copy that enqueues with these options: ``task.with_options(delay=5).enqueue(...)``."""

@@ -15,7 +15,7 @@ from conveyor.backends.redis.decode import (
     jobs_from_hashes,
     leased_result,
 )
-from conveyor.job import JobState
+from conveyor.job import DependencyPolicy, JobState
 
 CLAIMED = [
     b"t", b"send", b"q", b"mail", b"s", b"active", b"ra", b"1763856000.25",
@@ -129,3 +129,40 @@ def test_a_packed_claim_decodes_like_its_groups() -> None:
     assert [dataclasses.asdict(j) for j in claim_result(packed).jobs] == [
         dataclasses.asdict(j) for j in leased_result(groups, []).jobs
     ]
+
+
+def test_dependency_fields_decode_on_both_paths() -> None:
+    dependent = _row(
+        "d", b"{}", b"dp", b'["a", "b"]', b"of", b"run", b"wf", b"wf-1", b"pd", b"2", b"dn", b"1"
+    )
+    plain = _row("p", b"{}", b"wf", b"wf-1", b"dn", b"1")  # a dependency: flag only
+    other = _row(
+        "o", b"{}", b"dp", b'["x"]', b"of", b"run", b"wf", b"wf-1", b"pd", b"2", b"dn", b"1"
+    )
+    _same([dependent, plain, other])
+    for decode in (jobs_from_hashes, lambda raws: [job_from_hash(r) for r in raws]):
+        first, second, third = decode([dependent, plain, other])
+        assert first.depends_on == ["a", "b"]
+        assert first.on_dependency_failure is DependencyPolicy.RUN
+        assert first.workflow_id == "wf-1"
+        assert first.decode_error is None
+        assert second.depends_on == []
+        assert second.on_dependency_failure is DependencyPolicy.CANCEL  # absent: cancel
+        assert third.depends_on == ["x"]  # one layout, each row its own list
+        assert first.depends_on is not third.depends_on
+
+
+def test_a_bad_dependency_list_is_a_decode_error_not_an_exception() -> None:
+    rows = [
+        _row("j", b"{}", b"dp", b"[not json"),
+        _row("k", b"{}", b"dp", b'{"a": 1}'),
+        _row("both", b"{bad", b"dp", b"[1]"),  # the payload's problem is the one reported
+        _row("e", b"{}", b"e", b'[{"type": "E", "message": "x"}]', b"dp", b"[oops"),
+    ]
+    _same(rows)
+    bad_json, not_ids, both, general = jobs_from_hashes(rows)
+    assert "depends_on is not valid JSON" in str(bad_json.decode_error)
+    assert not_ids.decode_error == "stored depends_on is not a list of ids"
+    assert "payload is not valid JSON" in str(both.decode_error)
+    assert "depends_on is not valid JSON" in str(general.decode_error)
+    assert [j.depends_on for j in (bad_json, not_ids, both, general)] == [[], [], [], []]

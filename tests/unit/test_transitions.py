@@ -25,8 +25,8 @@ from conveyor.backends.base import (
 from conveyor.backends.memory import MemoryBackend
 from conveyor.ids import new_id
 from conveyor.job import (
+    CREATED_STATES,
     LIVE_STATES,
-    PENDING_STATES,
     TERMINAL_STATES,
     TRANSITIONS,
     ErrorInfo,
@@ -56,7 +56,7 @@ class Observer:
         after = await self.snapshot()
         for job_id, state in after.items():
             if job_id not in before:
-                assert state in PENDING_STATES, f"{label}: job created in {state}"
+                assert state in CREATED_STATES, f"{label}: job created in {state}"
                 self.initial.add(state)
                 continue
             old = before[job_id]
@@ -201,12 +201,31 @@ async def test_every_path_only_makes_allowed_moves_and_every_allowed_move_happen
         assert await o.settle(running, outcome) == {done.id}
     assert (await o.state(done)).state is JobState.COMPLETED
 
+    # blocked -> waiting (its dependency completed), blocked -> delayed (it has a
+    # delay still ahead), blocked -> cancelled (its dependency failed, or a cancel);
+    # created blocked, and created cancelled when a dependency already failed.
+    first = await o.enqueue()
+    then = await o.enqueue(depends_on=[first.id])
+    later = await o.enqueue(depends_on=[first.id], delay=60)
+    assert then.state is later.state is JobState.BLOCKED
+    running = await o.claim_one(first)
+    await o.settle(running, Outcome.COMPLETE)
+    assert (await o.state(then)).state is JobState.WAITING
+    assert (await o.state(later)).state is JobState.DELAYED
+    doomed = await o.enqueue()
+    blocked = await o.enqueue(depends_on=[doomed.id])
+    cancelled_now = await o.enqueue(depends_on=[blocked.id])
+    await o.step("cancel blocked", lambda: o.backend.cancel_job(blocked.id))
+    assert (await o.state(cancelled_now)).state is JobState.CANCELLED
+    born_cancelled = await o.enqueue(depends_on=[blocked.id])
+    assert born_cancelled.state is JobState.CANCELLED
+
     # Deleting and purging only ever removes terminal jobs.
     await o.step("purge", lambda: o.backend.purge_jobs(JobFilter(states=[JobState.FAILED])))
 
     allowed = {(old, new) for old, targets in TRANSITIONS.items() for new in targets}
     assert o.seen == allowed, f"never observed: {sorted(allowed - o.seen)}"
-    assert o.initial == set(PENDING_STATES)
+    assert o.initial == set(CREATED_STATES)
 
 
 def _instrument(backend: MemoryBackend, moves: list[tuple[str, JobState, JobState]]) -> None:
@@ -229,7 +248,7 @@ def _instrument(backend: MemoryBackend, moves: list[tuple[str, JobState, JobStat
             for job_id, state in after.items():
                 old = before.get(job_id)
                 if old is None:
-                    assert state in PENDING_STATES, f"{name}: job created in {state}"
+                    assert state in CREATED_STATES, f"{name}: job created in {state}"
                 elif old is not state:
                     moves.append((name, old, state))
             return result

@@ -21,6 +21,17 @@ Rules every implementation follows:
 - A pending cancel wins over RETRY, RELEASE and stall recovery: the job ends
   ``cancelled`` instead of waiting again.
 - One call is one round trip (or one transaction) whatever the batch size.
+- Dependencies (``NewJob.depends_on``): every id must be a stored job or one
+  earlier in the same batch, else ``InvalidWorkflow`` and nothing is stored. At
+  enqueue a job whose dependencies all completed (or finished, with policy
+  ``run``) is waiting/delayed as usual; one with a dependency that failed or was
+  cancelled and policy ``cancel`` is stored ``cancelled`` with failure reason
+  ``dependency_failed``; otherwise it is ``blocked``. Whenever a job becomes
+  terminal, in whatever operation (settle, cancel, stall recovery, TTL expiry in
+  the claim), the same operation resolves its blocked dependents: released to
+  waiting (delayed if their ``run_at`` is still ahead) once every dependency is
+  satisfied, or cancelled ``dependency_failed``, transitively. Exactly once,
+  however many operations finish dependencies at the same moment.
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ from conveyor.backends.records import (
     fit_buckets,
 )
 from conveyor.errors import InvalidStateError
-from conveyor.job import ErrorInfo, FailureReason, Job, JobState
+from conveyor.job import DependencyPolicy, ErrorInfo, FailureReason, Job, JobState
 from conveyor.ratelimit import RateLimit
 
 # The contract's records live in records.py; importing them from here keeps
@@ -104,6 +115,11 @@ class NewJob:
     tenant: str | None = None
     metadata: bytes | None = None
     retry_of: str | None = None
+    depends_on: Sequence[str] = ()
+    """Ids of jobs stored before, or earlier in the same batch, that this job
+    waits for (it is ``blocked`` until they finish); see the contract doc."""
+    on_dependency_failure: DependencyPolicy = DependencyPolicy.CANCEL
+    workflow_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -218,6 +234,7 @@ class JobFilter:
     idempotency_key: str | None = None
     finished_before: float | None = None
     """Only jobs whose ``finished_at`` is before this POSIX time."""
+    workflow_id: str | None = None
 
     def only_states(self) -> bool:
         """Filters by state and nothing else (SQL backends answer it from the
@@ -231,6 +248,7 @@ class JobFilter:
                 self.failure_reason,
                 self.idempotency_key,
                 self.finished_before,
+                self.workflow_id,
             )
         )
 

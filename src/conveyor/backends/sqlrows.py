@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from conveyor import serialization
 from conveyor.backends.base import StallResult
 from conveyor.backends.rows import decode_fields
-from conveyor.job import ErrorInfo, FailureReason, Job, JobState
+from conveyor.job import DependencyPolicy, ErrorInfo, FailureReason, Job, JobState
 
 
 class Row(Protocol):
@@ -27,9 +27,17 @@ class Row(Protocol):
 
     def __iter__(self) -> Iterator[Any]: ...
 
+    def __len__(self) -> int: ...
+
 
 STATES = {s.value: s for s in JobState}
 _REASONS = {r.value: r for r in FailureReason}
+_POLICIES = {p.value: p for p in DependencyPolicy}
+_CANCEL = DependencyPolicy.CANCEL
+#: Rows may carry the dependency columns (depends_on as JSON array text or an
+#: array, on_dependency_failure, workflow_id) after the first 29; a backend that
+#: does not store dependencies selects only those 29.
+_DEPENDENCY_COLUMNS = 29
 
 #: ``Job``'s fields in the order ``job_from_row`` and ``new_job`` pass them.
 JOB_FIELDS = (
@@ -65,6 +73,9 @@ JOB_FIELDS = (
     "cancel_requested",
     "duplicate",
     "decode_error",
+    "depends_on",
+    "on_dependency_failure",
+    "workflow_id",
 )
 if tuple(f.name for f in dataclasses.fields(Job))[: len(JOB_FIELDS)] != JOB_FIELDS:
     raise RuntimeError(
@@ -125,6 +136,20 @@ def _job(
         state = JobState.FAILED
     reason_value = r[18]
     reason = None if reason_value is None else _REASONS.get(reason_value, FailureReason.ERROR)
+    depends_on: list[str] = []
+    policy = _CANCEL
+    workflow_id: str | None = None
+    if len(r) > _DEPENDENCY_COLUMNS:
+        stored = r[29]
+        if isinstance(stored, list):  # an array column
+            depends_on = stored
+        elif stored is not None:  # JSON array text
+            try:
+                depends_on = serialization.loads(stored)
+            except ValueError:
+                problem = problem or f"stored depends_on {stored!r} is not JSON"
+        policy = _POLICIES.get(r[30], _CANCEL)
+        workflow_id = r[31]
     # Positional, in JOB_FIELDS order.
     return Job(
         r[0],  # id
@@ -159,4 +184,7 @@ def _job(
         bool(r[23]),  # cancel_requested
         False,  # duplicate
         problem,  # decode_error
+        depends_on,
+        policy,
+        workflow_id,
     )

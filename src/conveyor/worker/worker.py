@@ -56,7 +56,7 @@ from conveyor.worker.stats import StatsReporter
 from conveyor.worker.supervision import SideRoles
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Sequence
+    from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
     from conveyor.runtime import Runtime
 
@@ -138,6 +138,7 @@ class Worker:
         self._handoffs: HandoffReceiver | None = None
         #: The shutdown gave the buffer back: jobs handed off later are released.
         self._released = False
+        self._read_jobs: Callable[[Sequence[str]], Awaitable[list[Job]]] | None = None
         #: The claim loop's wait for work; RabbitMQ dispatch puts its consumer's here.
         self.wait_for_work: WaitForWork | None = None
 
@@ -199,6 +200,7 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self.started_at = await backend.now()
+        self._read_jobs = backend.get_jobs  # for ctx.dependency_results
         self.executor = Executor(runtime, self.id, threads=self.concurrency)
         reports = SettleReports(runtime.events)
         self.acker = Acker(backend, reports.refused, reports.circuits, reports.cancelled)
@@ -405,7 +407,7 @@ class Worker:
     def _hold(self, job: Job, lease_deadline: float) -> None:
         """A claimed job: start it in a free slot, or buffer it (prefetch)."""
         job.bind(self.runtime)
-        ctx = JobContext(job, self.id, self._on_progress)
+        ctx = JobContext(job, self.id, self._on_progress, self._read_jobs)
         run = Running(job, ctx, lease_deadline=lease_deadline)
         self._running_by_task[job.task] = self._running_by_task.get(job.task, 0) + 1
         if len(self.active) < self.concurrency and not self._stopping:

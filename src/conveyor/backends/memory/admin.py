@@ -25,7 +25,7 @@ def cancel_job(store: Store, job_id: str) -> Job | None:
     row = store.jobs.get(job_id)
     if row is None:
         return None
-    if row.state in (JobState.WAITING, JobState.DELAYED):
+    if row.state in (JobState.WAITING, JobState.DELAYED, JobState.BLOCKED):
         row.finished_at = store.now()
         store.move(row, JobState.CANCELLED)
     elif row.state is JobState.ACTIVE:

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from conveyor.backends.base import NewJob
 from conveyor.backends.memory.store import IdempotencyKey, Row, Store, deadline, to_job
-from conveyor.errors import BackendError, QueueFull
-from conveyor.job import Job, JobState
+from conveyor.errors import BackendError, InvalidWorkflow, QueueFull
+from conveyor.job import TERMINAL_STATES, FailureReason, Job, JobState
 
 
 def enqueue_jobs(store: Store, jobs: Sequence[NewJob]) -> list[Job]:
@@ -29,6 +29,9 @@ def enqueue_jobs(store: Store, jobs: Sequence[NewJob]) -> list[Job]:
                 continue
         if new.id in store.jobs or new.id in new_ids:
             raise BackendError(f"a job with id {new.id!r} already exists")
+        for dep_id in new.depends_on:
+            if dep_id not in store.jobs and dep_id not in new_ids:
+                raise InvalidWorkflow(f"job {new.id} depends on {dep_id}, which does not exist")
         new_ids.add(new.id)
         run_at = new.run_at if new.run_at is not None else now + new.delay
         ttl = store.effective_ttl(new.ttl, new.queue)
@@ -49,6 +52,9 @@ def enqueue_jobs(store: Store, jobs: Sequence[NewJob]) -> list[Job]:
             tenant=new.tenant,
             metadata=bytes(new.metadata) if new.metadata is not None else None,
             retry_of=new.retry_of,
+            depends_on=tuple(new.depends_on),
+            on_dependency_failure=new.on_dependency_failure,
+            workflow_id=new.workflow_id,
         )
         plan.append((row, True))
         added[new.queue] = added.get(new.queue, 0) + 1
@@ -69,6 +75,8 @@ def enqueue_jobs(store: Store, jobs: Sequence[NewJob]) -> list[Job]:
     for item in plan:
         if isinstance(item, tuple) and item[1]:
             row = item[0]
+            if row.depends_on:
+                _wait_for_dependencies(store, row, now)
             store.insert(row)
             if row.idempotency_key is not None:
                 store.keys[row.idempotency_key] = IdempotencyKey(
@@ -76,7 +84,7 @@ def enqueue_jobs(store: Store, jobs: Sequence[NewJob]) -> list[Job]:
                 )
             if row.state is JobState.WAITING:
                 woken.add(row.queue)
-            else:
+            elif row.state is JobState.DELAYED:
                 timer = True
     store.notify(woken, timer=timer)
     out: list[Job] = []
@@ -95,3 +103,24 @@ def enqueue_jobs(store: Store, jobs: Sequence[NewJob]) -> list[Job]:
         else:
             out.append(to_job(item[0], duplicate=not item[1]))
     return out
+
+
+def _wait_for_dependencies(store: Store, row: Row, now: float) -> None:
+    """Before ``row`` is inserted: register it with its unfinished dependencies
+    and decide its state (blocked, or as usual, or cancelled at once)."""
+    row.state = JobState.BLOCKED
+    verdict = store.dependency_verdict(row)
+    if verdict is JobState.CANCELLED:
+        row.state = JobState.CANCELLED
+        row.failure_reason = FailureReason.DEPENDENCY_FAILED
+        row.finished_at = now
+        return
+    if verdict is JobState.WAITING:
+        row.state = JobState.DELAYED if row.run_at > now else JobState.WAITING
+        return
+    for dep_id in row.depends_on:
+        dep = store.jobs[dep_id]
+        if dep.state not in TERMINAL_STATES:
+            if dep.dependents is None:
+                dep.dependents = []
+            dep.dependents.append(row.id)

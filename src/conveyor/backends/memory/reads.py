@@ -23,6 +23,8 @@ def _matches(row: Row, where: JobFilter) -> bool:
         return False
     if where.idempotency_key is not None and row.idempotency_key != where.idempotency_key:
         return False
+    if where.workflow_id is not None and row.workflow_id != where.workflow_id:
+        return False
     return where.finished_before is None or (
         row.finished_at is not None and row.finished_at < where.finished_before
     )

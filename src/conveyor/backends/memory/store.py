@@ -29,7 +29,14 @@ from conveyor.backends.base import CircuitState, JobStat, QueueInfo, ScheduleRec
 from conveyor.backends.rows import decode_fields
 from conveyor.backends.worksignal import PendingQueues
 from conveyor.errors import ConfigurationError
-from conveyor.job import ErrorInfo, FailureReason, Job, JobState
+from conveyor.job import (
+    TERMINAL_STATES,
+    DependencyPolicy,
+    ErrorInfo,
+    FailureReason,
+    Job,
+    JobState,
+)
 
 WaitEntry = tuple[int, float, str, int]  # (-priority, run_at, id, seq)
 TimeEntry = tuple[float, str, int]  # (time, id, seq)
@@ -72,6 +79,11 @@ class Row:
     failure_reason: FailureReason | None = None
     retried_as: str | None = None
     cancel_requested: bool = False
+    depends_on: tuple[str, ...] = ()
+    on_dependency_failure: DependencyPolicy = DependencyPolicy.CANCEL
+    workflow_id: str | None = None
+    dependents: list[str] | None = None
+    """Ids of the blocked jobs waiting on this one (``None``: none ever did)."""
     seq: int = 0
     """Bumped each time the row enters waiting or delayed; index entries carry it."""
 
@@ -150,6 +162,9 @@ def to_job(row: Row, duplicate: bool = False) -> Job:
         retried_as=row.retried_as,
         retry_of=row.retry_of,
         cancel_requested=row.cancel_requested,
+        depends_on=list(row.depends_on),
+        on_dependency_failure=row.on_dependency_failure,
+        workflow_id=row.workflow_id,
         duplicate=duplicate,
         decode_error=fields.problem,
     )
@@ -189,6 +204,9 @@ class Store:
         self.schedules: dict[str, ScheduleRecord] = {}
         self.stat_totals: dict[StatKey, JobStat] = {}
         self.stat_series: dict[tuple[float, str, str, str], JobStat] = {}
+        # Rows that became terminal with dependents left to resolve (see move).
+        self._finished: list[Row] = []
+        self._resolving = False
 
     # -- clock -------------------------------------------------------------
     def now(self) -> float:
@@ -230,6 +248,63 @@ class Store:
             counts[state] += 1
             row.state = state
         self._index(row)
+        if row.dependents is not None and state in TERMINAL_STATES:
+            self._finished.append(row)
+            if not self._resolving:
+                self._resolve_dependents()
+
+    # -- dependencies --------------------------------------------------------
+    def dependency_verdict(self, row: Row) -> JobState | None:
+        """Where a blocked ``row`` goes now: ``WAITING`` (every dependency
+        satisfied), ``CANCELLED`` (one failed under policy cancel), or ``None``
+        (still blocked). A dependency that is gone counts as completed: only
+        terminal jobs are ever deleted."""
+        runs_anyway = row.on_dependency_failure is DependencyPolicy.RUN
+        ready = True
+        for dep_id in row.depends_on:
+            dep = self.jobs.get(dep_id)
+            if dep is None or dep.state is JobState.COMPLETED:
+                continue
+            if dep.state in TERMINAL_STATES:
+                if not runs_anyway:
+                    return JobState.CANCELLED
+                continue
+            ready = False
+        return JobState.WAITING if ready else None
+
+    def unblock(self, row: Row, verdict: JobState, now: float) -> None:
+        """Move a blocked (or new) ``row`` out by ``verdict``; cascades through
+        ``move`` when it ends cancelled."""
+        if verdict is JobState.CANCELLED:
+            row.failure_reason = FailureReason.DEPENDENCY_FAILED
+            row.finished_at = now
+            self.move(row, JobState.CANCELLED)
+            return
+        row.run_at = max(row.run_at, now)
+        row.expires_at = deadline(row.run_at, row.ttl)
+        self.move(row, JobState.DELAYED if row.run_at > now else JobState.WAITING)
+        if row.state is JobState.WAITING:
+            self.notify([row.queue])
+        else:
+            self.notify(timer=True)
+
+    def _resolve_dependents(self) -> None:
+        """Work off the rows that just finished; a cancel that cascades appends to
+        the list instead of recursing (a chain may be thousands of jobs long)."""
+        self._resolving = True
+        try:
+            now = self.now()
+            while self._finished:
+                finished = self._finished.pop()
+                for dep_id in finished.dependents or ():
+                    row = self.jobs.get(dep_id)
+                    if row is None or row.state is not JobState.BLOCKED:
+                        continue
+                    verdict = self.dependency_verdict(row)
+                    if verdict is not None:
+                        self.unblock(row, verdict, now)
+        finally:
+            self._resolving = False
 
     def remove(self, row: Row) -> None:
         del self.jobs[row.id]

@@ -18,7 +18,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from conveyor.backends.postgres.url import PostgresOptions
-from conveyor.errors import BackendError, BackendUnavailable, QueueFull
+from conveyor.errors import BackendError, BackendUnavailable, InvalidWorkflow, QueueFull
 
 #: Errors that mean "the server cannot be reached right now".
 UNAVAILABLE: tuple[type[Exception], ...] = (
@@ -60,12 +60,31 @@ def queue_full(sqlstate: str | None, detail: str | None, hint: str | None) -> Qu
     return QueueFull(detail or "", max_size)
 
 
+#: The SQLSTATE the enqueue function raises for a dependency that does not exist.
+UNKNOWN_DEPENDENCY = "CVDEP"
+
+
+def enqueue_refusal(
+    sqlstate: str | None, message: str | None, detail: str | None, hint: str | None
+) -> QueueFull | InvalidWorkflow | None:
+    """The typed error for an exception the enqueue function raises on
+    purpose (a full queue, an unknown dependency), else None."""
+    if sqlstate == UNKNOWN_DEPENDENCY:
+        return InvalidWorkflow(message or f"unknown dependency {detail}")
+    return queue_full(sqlstate, detail, hint)
+
+
 def raise_typed(exc: BaseException, what: str) -> NoReturn:
     """Re-raise a driver error as conveyor's typed error."""
     if isinstance(exc, asyncpg.PostgresError):
-        full = queue_full(exc.sqlstate, getattr(exc, "detail", None), getattr(exc, "hint", None))
-        if full is not None:
-            raise full from None
+        refusal = enqueue_refusal(
+            exc.sqlstate,
+            getattr(exc, "message", None),
+            getattr(exc, "detail", None),
+            getattr(exc, "hint", None),
+        )
+        if refusal is not None:
+            raise refusal from None
     if isinstance(exc, UNAVAILABLE) and not isinstance(exc, asyncpg.DataError):
         raise BackendUnavailable(f"PostgreSQL unavailable ({what}): {exc!r}") from exc
     raise BackendError(f"PostgreSQL error ({what}): {exc}") from exc

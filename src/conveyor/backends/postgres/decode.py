@@ -1,6 +1,6 @@
 """PostgreSQL rows (asyncpg records in ``JOB_COLUMNS`` order) to :class:`Job`
-values: the decoder shared with SQLite (:mod:`conveyor.backends.sqlrows`), plus
-the claim order of decoded jobs."""
+values through the decoder shared with SQLite (:mod:`conveyor.backends.sqlrows`;
+the dependency columns follow the first 29), and the claim order of decoded jobs."""
 
 from __future__ import annotations
 

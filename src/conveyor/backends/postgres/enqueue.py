@@ -1,8 +1,9 @@
 """enqueue_jobs: one call of the schema's ``enqueue`` function per batch (or
 of ``enqueue_plain``, for a batch of plain jobs alike but for id and payload).
 
-:func:`arguments` turns a batch into the function's 15 array parameters (an
-option no job of the batch uses is sent as one NULL, not a list of them);
+:func:`arguments` turns a batch into the function's 20 array parameters (an
+option no job of the batch uses is sent as one NULL, not a list of them;
+dependencies travel as three arrays with one element per (job, dependency));
 :func:`jobs_from_result` builds the returned :class:`Job` values from the
 server's clock and the queues' TTLs the call reported, exactly as the
 function computed them (same float arithmetic), so no row is read back.
@@ -23,8 +24,10 @@ from conveyor.backends.postgres.connection import DRIVER_ERRORS, Conn, Pool, rai
 from conveyor.backends.postgres.decode import STATES, job_from_row
 from conveyor.backends.postgres.queries import Queries
 from conveyor.backends.rows import decode_fields
-from conveyor.job import Job, JobState
+from conveyor.job import DependencyPolicy, FailureReason, Job, JobState
 from conveyor.serialization import loads
+
+CANCEL = DependencyPolicy.CANCEL
 
 
 @dataclass(slots=True)
@@ -59,7 +62,42 @@ class Batch:
             column([j.tenant for j in sent]),
             column([j.metadata for j in sent]),
             column([j.retry_of for j in sent]),
+            *dependency_arguments(sent),
         ]
+
+
+#: The dependency parameters of a batch whose jobs use none of those options.
+NO_DEPENDENCIES: tuple[None, None, None, None, None] = (None, None, None, None, None)
+
+
+def dependency_arguments(sent: Sequence[NewJob]) -> tuple[Any, ...]:
+    """p_policies, p_workflows and the (job, dependency) arrays p_dep_of,
+    p_dep_ids, p_dep_pos: positions are 1-based in ``sent``; a dependency's
+    position is set only when it is an earlier job of the batch."""
+    if not any(
+        j.depends_on or j.workflow_id is not None or j.on_dependency_failure is not CANCEL
+        for j in sent
+    ):
+        return NO_DEPENDENCIES
+    dep_of: list[int] = []
+    dep_ids: list[str] = []
+    dep_pos: list[int | None] = []
+    position: dict[str, int] = {}
+    for ordinal, job in enumerate(sent, start=1):
+        for dep_id in job.depends_on:
+            dep_of.append(ordinal)
+            dep_ids.append(dep_id)
+            dep_pos.append(position.get(dep_id))
+        position[job.id] = ordinal
+    policies = [
+        None if j.on_dependency_failure == CANCEL else str(j.on_dependency_failure) for j in sent
+    ]
+    workflows = [j.workflow_id for j in sent]
+    return (
+        policies if any(p is not None for p in policies) else None,
+        workflows if any(w is not None for w in workflows) else None,
+        *((dep_of, dep_ids, dep_pos) if dep_ids else (None, None, None)),
+    )
 
 
 def plain_arguments(jobs: Sequence[NewJob]) -> list[Any] | None:
@@ -83,6 +121,9 @@ def plain_arguments(jobs: Sequence[NewJob]) -> list[Any] | None:
             or j.tenant is not None
             or j.metadata is not None
             or j.retry_of is not None
+            or j.depends_on
+            or j.workflow_id is not None
+            or j.on_dependency_failure is not CANCEL
         ):
             return None
     return [
@@ -150,12 +191,16 @@ class Reply:
     ttls: dict[str, float]
     duplicates: dict[int, tuple[str, str, str, str | None]]
     """0-based index in ``Batch.sent`` -> (job id, task, queue, final state) of the key."""
+    states: dict[int, str]
+    """0-based index in ``Batch.sent`` -> the state its dependencies gave it
+    (blocked, cancelled), for the jobs not stored as usual."""
 
 
 def read_reply(rows: Sequence[Any]) -> Reply:  # asyncpg Records or psycopg tuples
     now = 0.0
     ttls: dict[str, float] = {}
     duplicates: dict[int, tuple[str, str, str, str | None]] = {}
+    states: dict[int, str] = {}
     for kind, ordinal, job_id, task, queue, state, value in rows:
         if kind == "now":
             now = value
@@ -163,7 +208,9 @@ def read_reply(rows: Sequence[Any]) -> Reply:  # asyncpg Records or psycopg tupl
             ttls[queue] = value
         elif kind == "dup":
             duplicates[ordinal - 1] = (job_id, task, queue, state)
-    return Reply(now, ttls, duplicates)
+        elif kind == "state":
+            states[ordinal - 1] = state
+    return Reply(now, ttls, duplicates, states)
 
 
 def build_jobs(batch: Batch, reply: Reply, existing: dict[str, Job]) -> list[Job]:
@@ -185,7 +232,10 @@ def build_jobs(batch: Batch, reply: Reply, existing: dict[str, Job]) -> list[Job
                 )  # fmt: skip
             by_sent.append(replace(found, duplicate=True))
             continue
-        by_sent.append(_new_job(nj, now, ttls.get(nj.queue)))
+        job = _new_job(nj, now, ttls.get(nj.queue))
+        if reply.states:
+            _apply_dependency_state(job, reply.states.get(index), now)
+        by_sent.append(job)
     results: list[Job] = []
     sent_iter = iter(by_sent)
     for index in range(len(batch.jobs)):
@@ -217,8 +267,19 @@ def _new_job(nj: NewJob, now: float, queue_ttl: float | None) -> Job:
         nj.id, nj.task, nj.queue, payload, state, nj.priority, 0, nj.max_attempts,
         nj.timeout, run_at, now, None, None, None if ttl is None else run_at + ttl, ttl,
         None, None, None, 0, None, None, None, [], None, nj.idempotency_key, nj.tenant,
-        metadata, None, nj.retry_of, False, False, problem,
+        metadata, None, nj.retry_of, False, False, problem, list(nj.depends_on),
+        nj.on_dependency_failure, nj.workflow_id,
     )  # fmt: skip
+
+
+def _apply_dependency_state(job: Job, state: str | None, now: float) -> None:
+    """The state the enqueue function gave a job with dependencies."""
+    if state == JobState.BLOCKED.value:
+        job.state = JobState.BLOCKED
+    elif state == JobState.CANCELLED.value:
+        job.state = JobState.CANCELLED
+        job.failure_reason = FailureReason.DEPENDENCY_FAILED
+        job.finished_at = now
 
 
 async def enqueue_jobs(pool: Pool, q: Queries, jobs: Sequence[NewJob]) -> list[Job]:

@@ -13,7 +13,8 @@
 -- name: enqueue
 SELECT * FROM __schema__.enqueue($1::text[], $2::text[], $3::text[], $4::bytea[], $5::integer[],
     $6::integer[], $7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::text[],
-    $12::float8[], $13::text[], $14::bytea[], $15::text[]);
+    $12::float8[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::text[],
+    $18::integer[], $19::text[], $20::integer[]);
 
 -- name: enqueue_plain
 SELECT * FROM __schema__.enqueue_plain($1::text[], $2::bytea[], $3::text, $4::text,
@@ -45,8 +46,11 @@ SELECT count(*) FROM __schema__.settle('{}', '{}', '{}', '{}', '{}', '{}', '{}',
 -- The common batch, one statement: every settlement a COMPLETE. $5 lists the
 -- tasks whose runs count in their circuit: a success closes a circuit that is
 -- not closed and forgets a closed one's failures (with successes only, batch
--- order does not matter). Returns the refused ids ('refused', id) and the
--- circuits that closed ('closed', task).
+-- order does not matter). Returns the refused ids ('refused', id), the
+-- circuits that closed ('closed', task) and, when a completed job had blocked
+-- dependents (has_dependents), the queues of those it released ('wake', queue):
+-- resolve_dependents runs after every completion of the statement (it reads
+-- the aggregate of done) and sees them; with no flagged job it is not called.
 WITH s AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[])
         AS s(id, token, result, progress)
@@ -61,7 +65,9 @@ WITH s AS (
         lease_token = NULL
     FROM s
     WHERE j.id = s.id AND j.lease_token = s.token AND j.state = 'active'
-    RETURNING j.id, j.task
+    RETURNING j.id, j.task, j.has_dependents
+), finished AS (
+    SELECT array_agg(done.id) AS ids FROM done WHERE done.has_dependents
 ), dirty AS (
     SELECT c.task, c.state FROM __schema__.circuits AS c
     WHERE c.task = ANY ($5::text[]) AND (c.state <> 'closed' OR c.failures > 0)
@@ -76,7 +82,9 @@ WITH s AS (
 )
 SELECT 'refused', s.id FROM s WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.id = s.id)
 UNION ALL
-SELECT 'closed', closed.task FROM closed WHERE closed.was <> 'closed';
+SELECT 'closed', closed.task FROM closed WHERE closed.was <> 'closed'
+UNION ALL
+SELECT 'wake', w.queue FROM finished, __schema__.resolve_dependents(finished.ids) AS w(queue);
 
 -- name: renew
 -- Extend the leases held under their tokens; returns the renewed ids and
@@ -129,8 +137,9 @@ WHERE ($1::text[] IS NULL OR j.state = ANY ($1::text[]))
   AND ($5::text IS NULL OR j.failure_reason = $5::text)
   AND ($6::text IS NULL OR j.idempotency_key = $6::text)
   AND ($7::float8 IS NULL OR j.finished_at < $7::float8)
+  AND ($8::text IS NULL OR j.workflow_id = $8::text)
 ORDER BY j.id DESC
-LIMIT $8::integer OFFSET $9::integer;
+LIMIT $9::integer OFFSET $10::integer;
 
 -- name: count_jobs
 SELECT count(*)
@@ -141,11 +150,13 @@ WHERE ($1::text[] IS NULL OR j.state = ANY ($1::text[]))
   AND ($4::text IS NULL OR j.tenant = $4::text)
   AND ($5::text IS NULL OR j.failure_reason = $5::text)
   AND ($6::text IS NULL OR j.idempotency_key = $6::text)
-  AND ($7::float8 IS NULL OR j.finished_at < $7::float8);
+  AND ($7::float8 IS NULL OR j.finished_at < $7::float8)
+  AND ($8::text IS NULL OR j.workflow_id = $8::text);
 
 -- name: count_state
 -- Jobs in one state, through that state's partial index.
 SELECT CASE $1::text
+    WHEN 'blocked' THEN (SELECT count(*) FROM __schema__.jobs WHERE state = 'blocked')
     WHEN 'waiting' THEN (SELECT count(*) FROM __schema__.jobs WHERE state = 'waiting')
     WHEN 'delayed' THEN (SELECT count(*) FROM __schema__.jobs WHERE state = 'delayed')
     WHEN 'active' THEN (SELECT count(*) FROM __schema__.jobs WHERE state = 'active')
@@ -154,6 +165,8 @@ SELECT CASE $1::text
 
 -- name: counts_by_queue
 -- Jobs per queue and state, each state from its own partial index.
+SELECT queue, 'blocked', count(*) FROM __schema__.jobs WHERE state = 'blocked' GROUP BY queue
+UNION ALL
 SELECT queue, 'waiting', count(*) FROM __schema__.jobs WHERE state = 'waiting' GROUP BY queue
 UNION ALL
 SELECT queue, 'delayed', count(*) FROM __schema__.jobs WHERE state = 'delayed' GROUP BY queue
@@ -181,15 +194,21 @@ WHERE id = ANY ($1::text[]) AND state = 'active' AND cancel_requested;
 -- ------------------------------------------------------- acting on jobs --
 
 -- name: cancel_job
--- Waiting/delayed: cancelled now; active: flag cancel_requested. Returns the
--- job when it changed.
-UPDATE __schema__.jobs AS j
-SET state = CASE WHEN j.state = 'active' THEN j.state ELSE 'cancelled' END,
-    finished_at = CASE WHEN j.state = 'active' THEN j.finished_at
-                       ELSE extract(epoch FROM clock_timestamp())::float8 END,
-    cancel_requested = j.cancel_requested OR j.state = 'active'
-WHERE j.id = $1::text AND j.state IN ('waiting', 'delayed', 'active')
-RETURNING j.*;
+-- Blocked/waiting/delayed: cancelled now (and its blocked dependents resolved,
+-- when it has any); active: flag cancel_requested. Returns the job when it changed.
+WITH c AS (
+    UPDATE __schema__.jobs AS j
+    SET state = CASE WHEN j.state = 'active' THEN j.state ELSE 'cancelled' END,
+        finished_at = CASE WHEN j.state = 'active' THEN j.finished_at
+                           ELSE extract(epoch FROM clock_timestamp())::float8 END,
+        cancel_requested = j.cancel_requested OR j.state = 'active'
+    WHERE j.id = $1::text AND j.state IN ('blocked', 'waiting', 'delayed', 'active')
+    RETURNING j.*
+), resolved AS (
+    SELECT count(*) FROM c, __schema__.resolve_dependents(
+        CASE WHEN c.has_dependents AND c.state = 'cancelled' THEN ARRAY[c.id] END)
+)
+SELECT c.* FROM c, resolved;
 
 -- name: retry_target_for_update
 -- A job's state and the job it was already retried as, locked so that two
@@ -226,7 +245,7 @@ WITH d AS (
 SELECT count(*) FROM d;
 
 -- name: purge_chunk
--- Delete up to $8 non-active jobs matching a JobFilter (NULL matches everything).
+-- Delete up to $9 non-active jobs matching a JobFilter (NULL matches everything).
 WITH d AS (
     DELETE FROM __schema__.jobs
     WHERE id IN (
@@ -239,7 +258,8 @@ WITH d AS (
           AND ($5::text IS NULL OR j.failure_reason = $5::text)
           AND ($6::text IS NULL OR j.idempotency_key = $6::text)
           AND ($7::float8 IS NULL OR j.finished_at < $7::float8)
-        LIMIT $8::integer
+          AND ($8::text IS NULL OR j.workflow_id = $8::text)
+        LIMIT $9::integer
         FOR UPDATE SKIP LOCKED)
     RETURNING idempotency_key, id, state
 ), k AS (
@@ -255,36 +275,45 @@ SELECT count(*) FROM d;
 -- Active jobs whose lease ended: back to waiting with stalls + 1 and a fresh
 -- TTL, or failed/stalled when no attempt or stall is left, or cancelled when a
 -- cancel was requested (it wins). Rows another process is settling or
--- recovering right now are skipped (SKIP LOCKED): safe on many machines.
-WITH t AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)
-UPDATE __schema__.jobs AS j
-SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
-                 WHEN j.attempts >= j.max_attempts OR j.stalls + 1 > $1::integer THEN 'failed'
-                 ELSE 'waiting' END,
-    failure_reason = CASE WHEN j.cancel_requested THEN j.failure_reason
-                          WHEN j.attempts >= j.max_attempts OR j.stalls + 1 > $1::integer
-                          THEN 'stalled' ELSE j.failure_reason END,
-    finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
-                            OR j.stalls + 1 > $1::integer
-                       THEN t.now ELSE j.finished_at END,
-    worker_id = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
-                          OR j.stalls + 1 > $1::integer
-                     THEN j.worker_id ELSE NULL END,
-    expires_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
-                           OR j.stalls + 1 > $1::integer
-                      THEN j.expires_at ELSE t.now + j.ttl END,
-    stalls = j.stalls + 1,
-    lease_until = NULL,
-    lease_token = NULL,
-    errors = (CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors ELSE '[]'::jsonb END)
-        || jsonb_build_array(jsonb_build_object(
-            'type', 'Stalled', 'message', 'lease expired: the worker stopped renewing it',
-            'traceback', '', 'attempt', j.attempts, 'reason', 'stalled', 'at', t.now))
-FROM t
-WHERE j.id IN (SELECT x.id FROM __schema__.jobs AS x, t
-               WHERE x.state = 'active' AND x.lease_until < t.now
-               FOR UPDATE OF x SKIP LOCKED)
-RETURNING j.*;
+-- recovering right now are skipped (SKIP LOCKED): safe on many machines. A
+-- failed or cancelled job with blocked dependents resolves them (after every
+-- update of the statement: resolved reads the aggregate of r).
+WITH t AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now), r AS (
+    UPDATE __schema__.jobs AS j
+    SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
+                     WHEN j.attempts >= j.max_attempts OR j.stalls + 1 > $1::integer THEN 'failed'
+                     ELSE 'waiting' END,
+        failure_reason = CASE WHEN j.cancel_requested THEN j.failure_reason
+                              WHEN j.attempts >= j.max_attempts OR j.stalls + 1 > $1::integer
+                              THEN 'stalled' ELSE j.failure_reason END,
+        finished_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                                OR j.stalls + 1 > $1::integer
+                           THEN t.now ELSE j.finished_at END,
+        worker_id = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                              OR j.stalls + 1 > $1::integer
+                         THEN j.worker_id ELSE NULL END,
+        expires_at = CASE WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+                               OR j.stalls + 1 > $1::integer
+                          THEN j.expires_at ELSE t.now + j.ttl END,
+        stalls = j.stalls + 1,
+        lease_until = NULL,
+        lease_token = NULL,
+        errors = (CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors ELSE '[]'::jsonb END)
+            || jsonb_build_array(jsonb_build_object(
+                'type', 'Stalled', 'message', 'lease expired: the worker stopped renewing it',
+                'traceback', '', 'attempt', j.attempts, 'reason', 'stalled', 'at', t.now))
+    FROM t
+    WHERE j.id IN (SELECT x.id FROM __schema__.jobs AS x, t
+                   WHERE x.state = 'active' AND x.lease_until < t.now
+                   FOR UPDATE OF x SKIP LOCKED)
+    RETURNING j.*
+), finished AS (
+    SELECT array_agg(r.id) AS ids FROM r
+    WHERE r.has_dependents AND r.state IN ('failed', 'cancelled')
+), resolved AS (
+    SELECT count(*) FROM finished, __schema__.resolve_dependents(finished.ids)
+)
+SELECT r.* FROM r, resolved;
 
 -- name: prune_by_age
 -- Delete up to $5 jobs in state $1 finished before now - $2, of task $3 (NULL
@@ -348,7 +377,8 @@ VALUES ($1::text, $2::boolean)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused;
 
 -- name: queue_names_with_jobs
-SELECT queue FROM __schema__.jobs WHERE state = 'waiting'
+SELECT queue FROM __schema__.jobs WHERE state = 'blocked'
+UNION SELECT queue FROM __schema__.jobs WHERE state = 'waiting'
 UNION SELECT queue FROM __schema__.jobs WHERE state = 'delayed'
 UNION SELECT queue FROM __schema__.jobs WHERE state = 'active'
 UNION SELECT queue FROM __schema__.jobs WHERE finished_at IS NOT NULL

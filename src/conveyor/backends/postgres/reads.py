@@ -14,7 +14,7 @@ from conveyor.job import Job, JobState
 
 
 def filter_args(where: JobFilter) -> tuple[Any, ...]:
-    """The seven JobFilter parameters of list_jobs/count_jobs/purge_chunk."""
+    """The eight JobFilter parameters of list_jobs/count_jobs/purge_chunk."""
     return (
         None if where.states is None else [JobState(s).value for s in where.states],
         where.queue,
@@ -23,6 +23,7 @@ def filter_args(where: JobFilter) -> tuple[Any, ...]:
         None if where.failure_reason is None else where.failure_reason.value,
         where.idempotency_key,
         where.finished_before,
+        where.workflow_id,
     )
 
 

@@ -8,7 +8,7 @@ CREATE TABLE __schema__.jobs (
     id               text COLLATE "C" NOT NULL PRIMARY KEY,
     task             text COLLATE "C" NOT NULL,
     queue            text COLLATE "C" NOT NULL,
-    state            text NOT NULL CHECK (state IN ('waiting', 'delayed', 'active', 'completed', 'failed', 'cancelled')),
+    state            text NOT NULL CHECK (state IN ('blocked', 'waiting', 'delayed', 'active', 'completed', 'failed', 'cancelled')),
     priority         integer NOT NULL DEFAULT 0,
     attempts         integer NOT NULL DEFAULT 0,
     max_attempts     integer NOT NULL DEFAULT 3,
@@ -34,6 +34,10 @@ CREATE TABLE __schema__.jobs (
     result           bytea,
     progress         bytea,
     errors           jsonb,
+    depends_on       text[],
+    on_dependency_failure text,
+    workflow_id      text,
+    has_dependents   boolean NOT NULL DEFAULT false,
     dispatched_at    float8
 ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 
@@ -52,6 +56,19 @@ CREATE INDEX jobs_lease ON __schema__.jobs (lease_until, queue) WHERE state = 'a
 CREATE INDEX jobs_finished ON __schema__.jobs (state, finished_at, queue) WHERE finished_at IS NOT NULL;
 -- Tenant filters.
 CREATE INDEX jobs_tenant ON __schema__.jobs (tenant, id) WHERE tenant IS NOT NULL;
+-- Blocked jobs: by id (a lookup of "this job, if blocked" stays a lookup by
+-- key whichever index the planner takes) and per queue (counts, index-only).
+CREATE INDEX jobs_blocked ON __schema__.jobs (id) INCLUDE (queue) WHERE state = 'blocked';
+-- The jobs of a workflow.
+CREATE INDEX jobs_workflow ON __schema__.jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
+
+-- Which blocked jobs wait on a job: a row per (unfinished dependency, blocked
+-- job), deleted once that dependency has finished and been resolved.
+CREATE TABLE __schema__.job_dependencies (
+    depends_on text COLLATE "C" NOT NULL,
+    job_id     text COLLATE "C" NOT NULL,
+    PRIMARY KEY (depends_on, job_id)
+);
 
 -- Idempotency keys outlive their job's row: final_state remembers how the job
 -- ended when retention (or a delete) removed it.
@@ -152,11 +169,22 @@ CREATE TABLE __schema__.job_stat_series (
 -- taken with INSERT .. ON CONFLICT, so concurrent batches with one key make
 -- exactly one job. A queue over its max_size raises SQLSTATE CVQFL (detail:
 -- the queue, hint: max_size) and the whole batch rolls back.
+--
+-- Dependencies (version 3): p_dep_of, p_dep_ids and p_dep_pos hold one element
+-- per (job, dependency), grouped by job in batch order: the job's 1-based
+-- position, the dependency's id, and the dependency's position when it is an
+-- earlier job of the batch (else NULL: a stored job). Stored dependencies are
+-- locked, so none finishes unseen before the batch commits; an unknown one
+-- raises SQLSTATE CVDEP (detail: its id) and nothing is stored. A job with
+-- dependencies is stored blocked, or cancelled (dependency_failed) when one
+-- failed or was cancelled under policy cancel (p_policies NULL: cancel), or as
+-- usual; a 'state' row (out_ord, out_state) reports each job not stored as usual.
 CREATE FUNCTION __schema__.enqueue(
     p_ids text[], p_tasks text[], p_queues text[], p_payloads bytea[], p_priorities integer[],
     p_max_attempts integer[], p_timeouts float8[], p_delays float8[], p_run_ats float8[],
     p_ttls float8[], p_keys text[], p_key_ttls float8[], p_tenants text[], p_metadata bytea[],
-    p_retry_of text[]
+    p_retry_of text[], p_policies text[], p_workflows text[],
+    p_dep_of integer[], p_dep_ids text[], p_dep_pos integer[]
 ) RETURNS TABLE (out_kind text, out_ord integer, out_id text, out_task text, out_queue text,
                  out_state text, out_value float8)
 LANGUAGE plpgsql AS $$
@@ -165,6 +193,21 @@ DECLARE
     v_won text[] := '{}';
     v_dups integer[] := '{}';
     v_pending bigint;
+    -- Per job position: its state when not the usual one ('blocked',
+    -- 'cancelled'), whether a blocked job of the batch waits on it, and its
+    -- depends_on as a slice of p_dep_ids.
+    v_states text[] := '{}';
+    v_parent boolean[] := '{}';
+    v_first integer[] := '{}';
+    v_last integer[] := '{}';
+    v_stored jsonb;
+    v_dep_state text;
+    v_flag text[] := '{}';
+    v_edge_deps text[] := '{}';
+    v_edge_jobs text[] := '{}';
+    v_ord integer;
+    v_pos integer;
+    i integer;
     r record;
 BEGIN
     out_kind := 'now';
@@ -230,23 +273,99 @@ BEGIN
         END IF;
     END LOOP;
 
+    IF p_dep_ids IS NOT NULL THEN
+        -- Stored dependencies, locked (running ones before blocked ones, each
+        -- in id order, as a settle that releases blocked jobs locks them): a
+        -- settle of one waits for this batch and then finds has_dependents set.
+        SELECT coalesce(jsonb_object_agg(s.id, s.state), '{}') INTO v_stored
+        FROM (SELECT j.id, j.state FROM __schema__.jobs AS j
+              WHERE j.id IN (SELECT d.id FROM unnest(p_dep_ids, p_dep_pos) AS d(id, pos)
+                             WHERE d.pos IS NULL OR d.pos = ANY (v_dups))
+              ORDER BY j.state = 'blocked', j.id
+              FOR NO KEY UPDATE) AS s;
+        v_states := array_fill(NULL::text, ARRAY[cardinality(p_ids)]);
+        v_parent := array_fill(false, ARRAY[cardinality(p_ids)]);
+        v_first := array_fill(NULL::integer, ARRAY[cardinality(p_ids)]);
+        v_last := v_first;
+        -- Each job's state. Dependencies point back only and come grouped by
+        -- job, so an earlier job's state is final when a later one reads it.
+        FOR i IN 1 .. cardinality(p_dep_ids) LOOP
+            v_ord := p_dep_of[i];
+            CONTINUE WHEN v_ord = ANY (v_dups);  -- not stored: its key's job stands
+            v_pos := p_dep_pos[i];
+            v_first[v_ord] := coalesce(v_first[v_ord], i);
+            v_last[v_ord] := i;
+            IF v_pos IS NOT NULL AND v_pos <> ALL (v_dups) THEN
+                v_dep_state := coalesce(v_states[v_pos], 'waiting');
+            ELSE
+                v_dep_state := v_stored ->> p_dep_ids[i];
+                IF v_dep_state IS NULL THEN
+                    RAISE EXCEPTION 'job % depends on %, which does not exist',
+                        p_ids[v_ord], p_dep_ids[i]
+                        USING ERRCODE = 'CVDEP', DETAIL = p_dep_ids[i];
+                END IF;
+            END IF;
+            IF v_dep_state IN ('failed', 'cancelled') THEN
+                IF p_policies[v_ord] IS DISTINCT FROM 'run' THEN
+                    v_states[v_ord] := 'cancelled';
+                END IF;
+            ELSIF v_dep_state <> 'completed' AND v_states[v_ord] IS NULL THEN
+                v_states[v_ord] := 'blocked';
+            END IF;
+        END LOOP;
+        -- Blocked jobs wait on their unfinished dependencies: an edge each, and
+        -- the dependency flagged (has_dependents) so that finishing it looks.
+        FOR i IN 1 .. cardinality(p_dep_ids) LOOP
+            v_ord := p_dep_of[i];
+            CONTINUE WHEN v_states[v_ord] IS DISTINCT FROM 'blocked';
+            v_pos := p_dep_pos[i];
+            IF v_pos IS NOT NULL AND v_pos <> ALL (v_dups) THEN
+                CONTINUE WHEN v_states[v_pos] = 'cancelled';
+                v_parent[v_pos] := true;
+            ELSE
+                CONTINUE WHEN v_stored ->> p_dep_ids[i] IN ('completed', 'failed', 'cancelled');
+                v_flag := v_flag || p_dep_ids[i];
+            END IF;
+            v_edge_deps := v_edge_deps || p_dep_ids[i];
+            v_edge_jobs := v_edge_jobs || p_ids[v_ord];
+        END LOOP;
+        UPDATE __schema__.jobs AS j SET has_dependents = true
+        WHERE j.id = ANY (v_flag) AND NOT j.has_dependents;
+        INSERT INTO __schema__.job_dependencies (depends_on, job_id)
+        SELECT DISTINCT e.dep, e.job FROM unnest(v_edge_deps, v_edge_jobs) AS e(dep, job)
+        ON CONFLICT DO NOTHING;
+        RETURN QUERY
+            SELECT 'state'::text, s.ord::integer, NULL::text, NULL::text, NULL::text, s.state,
+                   NULL::float8
+            FROM unnest(v_states) WITH ORDINALITY AS s(state, ord)
+            WHERE s.state IS NOT NULL;
+    END IF;
+
     INSERT INTO __schema__.jobs (id, task, queue, state, priority, max_attempts, timeout, ttl,
-                                 run_at, created_at, expires_at, idempotency_key, tenant,
-                                 retry_of, payload, metadata)
+                                 run_at, created_at, finished_at, expires_at, failure_reason,
+                                 idempotency_key, tenant, retry_of, payload, metadata,
+                                 depends_on, on_dependency_failure, workflow_id, has_dependents)
     SELECT b.id, b.task, b.queue,
-           CASE WHEN b.run_at > v_now THEN 'delayed' ELSE 'waiting' END,
-           b.priority, b.max_attempts, b.timeout, b.ttl, b.run_at, v_now, b.run_at + b.ttl,
-           b.key, b.tenant, b.retry_of, b.payload, b.metadata
+           CASE WHEN v_states[b.ord] IS NOT NULL THEN v_states[b.ord]
+                WHEN b.run_at > v_now THEN 'delayed' ELSE 'waiting' END,
+           b.priority, b.max_attempts, b.timeout, b.ttl, b.run_at, v_now,
+           CASE WHEN v_states[b.ord] = 'cancelled' THEN v_now END, b.run_at + b.ttl,
+           CASE WHEN v_states[b.ord] = 'cancelled' THEN 'dependency_failed' END,
+           b.key, b.tenant, b.retry_of, b.payload, b.metadata,
+           p_dep_ids[v_first[b.ord]:v_last[b.ord]], b.policy, b.workflow,
+           coalesce(v_parent[b.ord], false)
     FROM (
         SELECT x.id, x.task, x.queue, x.priority, x.max_attempts, x.timeout,
                least(x.ttl, q.ttl) AS ttl,
                coalesce(x.run_at, v_now + coalesce(x.delay, 0.0)) AS run_at,
-               x.key, x.tenant, x.retry_of, x.payload, x.metadata, x.ord
+               x.key, x.tenant, x.retry_of, x.payload, x.metadata, x.policy, x.workflow,
+               x.ord::integer AS ord
         FROM unnest(p_ids, p_tasks, p_queues, p_payloads, p_priorities, p_max_attempts,
                     p_timeouts, p_delays, p_run_ats, p_ttls, p_keys, p_tenants, p_metadata,
-                    p_retry_of)
+                    p_retry_of, p_policies, p_workflows)
              WITH ORDINALITY AS x(id, task, queue, payload, priority, max_attempts, timeout,
-                                  delay, run_at, ttl, key, tenant, metadata, retry_of, ord)
+                                  delay, run_at, ttl, key, tenant, metadata, retry_of, policy,
+                                  workflow, ord)
         LEFT JOIN __schema__.queues AS q ON q.name = x.queue
     ) AS b
     WHERE cardinality(v_dups) = 0 OR b.ord <> ALL (v_dups);
@@ -306,6 +425,7 @@ $$;
 -- (p_rate_*). Returns the expired jobs (state failed) and the claimed ones
 -- (state active). Every row it takes is locked FOR UPDATE SKIP LOCKED, so
 -- concurrent claimers never wait on each other nor take the same job.
+-- Version 3: an expired job others depend on resolves its blocked dependents.
 CREATE FUNCTION __schema__.claim(
     p_queues text[], p_limit integer, p_lease float8, p_worker text, p_token text,
     p_cap_tasks text[], p_caps integer[],
@@ -372,6 +492,13 @@ BEGIN
         RETURNING j.*
     )
     SELECT * FROM e;
+    IF FOUND THEN
+        -- The expired jobs are finished: their blocked dependents move on.
+        PERFORM __schema__.resolve_dependents(ARRAY(
+            SELECT j.id FROM __schema__.jobs AS j
+            WHERE j.state = 'failed' AND j.finished_at = v_now AND j.has_dependents
+              AND j.failure_reason = 'expired'));
+    END IF;
 
     IF p_limit <= 0 OR coalesce(cardinality(p_queues), 0) = 0 THEN
         RETURN;
@@ -542,7 +669,9 @@ $$;
 -- batch order. A pending cancel wins over retry and release. Returns
 -- 'refused' (id), 'cancelled' (id: retry/release that ended cancelled),
 -- 'wake' (a queue that got a job back) and 'circuit' (task, new state,
--- failures, open_until) rows; notifies the woken queues.
+-- failures, open_until) rows; notifies the woken queues. Version 3: a job that
+-- ends with has_dependents resolves its blocked dependents (released ones'
+-- queues come back as 'wake' rows).
 CREATE FUNCTION __schema__.settle(
     p_ids text[], p_tokens text[], p_outcomes text[], p_results bytea[], p_reasons text[],
     p_errors jsonb[], p_delays float8[], p_progress bytea[],
@@ -556,6 +685,7 @@ DECLARE
     v_queues text[];
     v_states text[];
     v_outcomes text[];
+    v_finished text[];
     v_failing text[];
     v_state text;
     v_failures integer;
@@ -602,11 +732,13 @@ BEGIN
             lease_token = NULL
         FROM s
         WHERE j.id = s.id AND j.lease_token = s.token AND j.state = 'active'
-        RETURNING j.id, j.queue, j.state, s.outcome
+        RETURNING j.id, j.queue, j.state, s.outcome, j.has_dependents
     )
     SELECT coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.queue), '{}'),
-           coalesce(array_agg(u.state), '{}'), coalesce(array_agg(u.outcome), '{}')
-    INTO v_applied, v_queues, v_states, v_outcomes
+           coalesce(array_agg(u.state), '{}'), coalesce(array_agg(u.outcome), '{}'),
+           array_agg(u.id) FILTER (WHERE u.has_dependents
+                                   AND u.state IN ('completed', 'failed', 'cancelled'))
+    INTO v_applied, v_queues, v_states, v_outcomes, v_finished
     FROM u;
 
     IF cardinality(v_applied) < cardinality(p_ids) THEN
@@ -633,6 +765,11 @@ BEGIN
         out_until := NULL;
         RETURN NEXT;
     END LOOP;
+    IF v_finished IS NOT NULL THEN
+        RETURN QUERY
+            SELECT 'wake'::text, w.queue, NULL::text, NULL::integer, NULL::float8
+            FROM __schema__.resolve_dependents(v_finished) AS w(queue);
+    END IF;
 
     IF p_thresholds IS NULL THEN
         RETURN;
@@ -703,5 +840,96 @@ BEGIN
             END IF;
         END IF;
     END LOOP;
+END;
+$$;
+
+
+-- resolve_dependents: p_finished just became terminal in this transaction
+-- (the callers pass only jobs flagged has_dependents). First the blocked jobs
+-- with policy cancel that depend on a failed or cancelled one are cancelled
+-- (dependency_failed), transitively, in one statement (a recursive query, so
+-- a chain of any length costs no recursion depth); then each blocked job
+-- waiting on a finished or newly cancelled job is released to waiting (delayed
+-- while its run_at is ahead; its TTL counts from now) once every dependency is
+-- satisfied: completed or gone (only finished jobs are deleted), or finished
+-- at all under policy 'run'. Candidates are locked in id order before their
+-- dependencies are read, in a later statement: of concurrent completions of a
+-- join's last dependencies, the last to lock it sees the others committed, so
+-- it is released exactly once. Returns (and notifies) the released jobs' queues.
+CREATE FUNCTION __schema__.resolve_dependents(p_finished text[]) RETURNS SETOF text
+LANGUAGE plpgsql STRICT
+-- Every statement here follows keys from a few rows: by index, whatever the
+-- table statistics say (a hash join would scan job_dependencies once per level
+-- of a chain). No JIT: those settings' cost penalties would trigger it.
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET jit = off
+AS $$
+DECLARE
+    v_now float8 := extract(epoch FROM clock_timestamp())::float8;
+    v_done text[];
+    v_candidates text[];
+BEGIN
+    IF cardinality(p_finished) = 0 THEN
+        RETURN;
+    END IF;
+    WITH RECURSIVE doomed(id) AS (
+        SELECT f.id FROM __schema__.jobs AS f
+        WHERE f.id = ANY (p_finished) AND f.state IN ('failed', 'cancelled')
+        UNION
+        -- From each job of the level before, its dependents by key: OFFSET 0
+        -- keeps both lookups inside the loop (and the filter outside them),
+        -- whatever the row estimates of a fast-changing table say.
+        SELECT n.id FROM doomed
+        CROSS JOIN LATERAL (SELECT e.job_id AS id FROM __schema__.job_dependencies AS e
+                            WHERE e.depends_on = doomed.id OFFSET 0) AS n
+        CROSS JOIN LATERAL (SELECT d.state, d.on_dependency_failure FROM __schema__.jobs AS d
+                            WHERE d.id = n.id OFFSET 0) AS d
+        WHERE d.state = 'blocked' AND d.on_dependency_failure IS NULL
+    ), cancelled AS (
+        UPDATE __schema__.jobs AS j
+        SET state = 'cancelled', failure_reason = 'dependency_failed', finished_at = v_now
+        WHERE j.id IN (SELECT x.id FROM __schema__.jobs AS x
+                       WHERE x.id = ANY (ARRAY(SELECT doomed.id FROM doomed))
+                         AND x.state = 'blocked'
+                       ORDER BY x.id
+                       FOR NO KEY UPDATE)
+        RETURNING j.id
+    )
+    SELECT p_finished || coalesce(array_agg(cancelled.id), '{}') INTO v_done FROM cancelled;
+
+    WITH edges AS (
+        DELETE FROM __schema__.job_dependencies AS e WHERE e.depends_on = ANY (v_done)
+        RETURNING e.job_id
+    )
+    SELECT array_agg(DISTINCT edges.job_id) INTO v_candidates FROM edges;
+    v_candidates := ARRAY(
+        SELECT j.id FROM __schema__.jobs AS j
+        WHERE j.id = ANY (v_candidates) AND j.state = 'blocked'
+        ORDER BY j.id
+        FOR NO KEY UPDATE);
+    IF cardinality(v_candidates) = 0 THEN
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    WITH released AS (
+        UPDATE __schema__.jobs AS j SET
+            state = CASE WHEN j.run_at > v_now THEN 'delayed' ELSE 'waiting' END,
+            run_at = greatest(j.run_at, v_now),
+            expires_at = greatest(j.run_at, v_now) + j.ttl
+        WHERE j.id = ANY (v_candidates) AND j.state = 'blocked'
+          AND NOT EXISTS (
+              SELECT 1 FROM unnest(j.depends_on) AS u(id)
+              JOIN __schema__.jobs AS p ON p.id = u.id
+              WHERE p.state <> 'completed'
+                AND (j.on_dependency_failure IS NULL
+                     OR p.state NOT IN ('failed', 'cancelled')))
+        RETURNING j.queue
+    ), woken AS (
+        SELECT DISTINCT released.queue FROM released
+    )
+    SELECT woken.queue FROM woken, pg_notify('__channel__', woken.queue);
 END;
 $$;

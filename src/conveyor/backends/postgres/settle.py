@@ -69,6 +69,8 @@ async def settle_jobs(
         for kind, name in rows:
             if kind == "refused":
                 result.refused.add(name)
+            elif kind == "wake":  # a dependent released by a completion
+                wake.add(name)
             else:
                 result.circuit_changes.append(CircuitInfo(name, CircuitState.CLOSED, 0, None))
         return result, wake

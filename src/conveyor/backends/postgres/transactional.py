@@ -20,7 +20,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from conveyor.backends.base import NewJob
 from conveyor.backends.postgres import enqueue as enq
-from conveyor.backends.postgres.connection import queue_full
+from conveyor.backends.postgres.connection import enqueue_refusal
 from conveyor.backends.postgres.decode import job_from_row
 from conveyor.backends.postgres.queries import Queries
 from conveyor.errors import ConfigurationError
@@ -79,8 +79,13 @@ async def _on_psycopg(connection: Any, q: Queries, batch: enq.Batch, args: list[
                     row[0]: job_from_row(_jsonb_as_text(row)) for row in await cur.fetchall()
                 }
     except psycopg.Error as exc:
-        full = queue_full(exc.sqlstate, exc.diag.message_detail, exc.diag.message_hint)
-        if full is not None:
-            raise full from None
+        refusal = enqueue_refusal(
+            exc.sqlstate,
+            exc.diag.message_primary,
+            exc.diag.message_detail,
+            exc.diag.message_hint,
+        )
+        if refusal is not None:
+            raise refusal from None
         raise
     return enq.build_jobs(batch, reply, existing)

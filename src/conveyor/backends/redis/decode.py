@@ -17,6 +17,9 @@ ttl   effective TTL      m     metadata (JSON)
 ex    expires_at         ro    retry_of
 sa    started_at         rs    retried_as
 fa    finished_at        cr    cancel requested ("1")
+dp    depends_on (JSON)  of    on_dependency_failure (absent: cancel)
+wf    workflow_id        dn    has dependents ("1"; not a Job field)
+pd    unfinished dependencies of a blocked job (not a Job field)
 ====  =================  ====  ==================
 
 The payload is a string key of its own (``keys.payload``); scripts return it
@@ -41,7 +44,7 @@ import msgpack
 from conveyor import serialization
 from conveyor.backends.base import CircuitInfo, CircuitState, ClaimResult
 from conveyor.backends.rows import decode_fields
-from conveyor.job import FailureReason, Job, JobState
+from conveyor.job import DependencyPolicy, FailureReason, Job, JobState
 
 Raw = Sequence[bytes]  # a missing payload key comes back as None
 
@@ -60,6 +63,10 @@ def as_dict(raw: Raw) -> dict[bytes, bytes]:
 
 def _text_of(value: bytes) -> str:
     return value.decode("utf-8", "replace")
+
+
+def _policy(value: bytes) -> DependencyPolicy:
+    return DependencyPolicy.RUN if value == b"run" else DependencyPolicy.CANCEL
 
 
 #: Stored field -> (Job attribute, how to read it), for the fields read as they
@@ -90,7 +97,11 @@ _PLAIN: dict[bytes, tuple[str, Callable[[bytes], Any]]] = {
     b"rs": ("retried_as", _text_of),
     b"ro": ("retry_of", _text_of),
     b"cr": ("cancel_requested", b"1".__eq__),
+    b"of": ("on_dependency_failure", _policy),
+    b"wf": ("workflow_id", _text_of),
 }
+#: JSON list of ids, read like the payload: a bad value sets decode_error.
+_DEPENDS = b"dp"
 _ENCODED = {b"p": 0, b"m": 1, b"r": 2, b"pg": 3, b"e": 4}
 
 
@@ -116,10 +127,27 @@ def _read_payload(fields: dict[str, Any], payload: bytes) -> None:
         fields["decode_error"] = f"stored payload is not valid JSON: {exc}"
 
 
+def _read_depends(fields: dict[str, Any], raw: bytes) -> None:
+    """``depends_on`` from its JSON list; after the other JSON fields, so the
+    first problem found is the one reported."""
+    try:
+        ids = serialization.loads(raw)
+    except ValueError as exc:
+        problem: str | None = f"stored depends_on is not valid JSON: {exc}"
+    else:
+        if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
+            fields["depends_on"] = ids
+            return
+        problem = "stored depends_on is not a list of ids"
+    if fields.get("decode_error") is None:
+        fields["decode_error"] = problem
+
+
 def job_from_hash(raw: Raw, duplicate: bool = False) -> Job:
     """A :class:`Job` from a flat ``[field, value, ...]`` HGETALL reply."""
     fields = _unset(duplicate)
     encoded: list[bytes | None] = [None, None, None, None, None]
+    depends = None
     it = iter(raw)
     for name, value in zip(it, it, strict=True):
         plain = _PLAIN.get(name)
@@ -129,6 +157,8 @@ def job_from_hash(raw: Raw, duplicate: bool = False) -> Job:
             slot = _ENCODED.get(name)
             if slot is not None:
                 encoded[slot] = value
+            elif name == _DEPENDS:
+                depends = value
     payload, metadata, result, progress, errors = encoded
     if metadata is None and result is None and progress is None and errors is None:
         # The hot path: a fresh job has only a payload to decode.
@@ -145,6 +175,8 @@ def job_from_hash(raw: Raw, duplicate: bool = False) -> Job:
             error=decoded.error,
             errors=decoded.errors,
         )
+    if depends is not None:
+        _read_depends(fields, depends)
     return Job(**fields)
 
 
@@ -166,6 +198,7 @@ class _Layout:
     """The row's values of those fields: rows with equal ones decode alike"""
     unique: tuple[_Reader, ...]
     payload: int | None
+    depends: int | None
 
 
 #: Layout per tuple of field names; None: JSON fields besides the payload
@@ -178,7 +211,7 @@ _MAX_LAYOUTS = 256
 def _layout(names: tuple[bytes, ...]) -> _Layout | None:
     shared: list[_Reader] = []
     unique: list[_Reader] = []
-    payload = None
+    payload = depends = None
     for index, name in enumerate(names):
         at = 2 * index + 1
         read = _PLAIN.get(name)
@@ -186,11 +219,13 @@ def _layout(names: tuple[bytes, ...]) -> _Layout | None:
             (unique if name in _UNIQUE else shared).append((at, read[0], read[1]))
         elif name == b"p":
             payload = at
+        elif name == _DEPENDS:
+            depends = at
         elif name in _ENCODED:
             return None
     positions = [at for at, _, _ in shared]
     shared_values = operator.itemgetter(*positions) if positions else _nothing
-    return _Layout(tuple(shared), shared_values, tuple(unique), payload)
+    return _Layout(tuple(shared), shared_values, tuple(unique), payload, depends)
 
 
 def _nothing(raw: Raw) -> None:
@@ -239,6 +274,8 @@ def jobs_from_hashes(raws: Sequence[Raw], lease: dict[str, Any] | None = None) -
             payload = raw[layout.payload]
             if payload is not None:  # None: the payload key is gone
                 _read_payload(fields, payload)
+        if layout.depends is not None:
+            _read_depends(fields, raw[layout.depends])
         out.append(Job(**fields))
     return out
 

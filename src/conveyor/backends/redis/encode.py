@@ -31,4 +31,5 @@ def filter_args(where: base.JobFilter) -> list[Any]:
         where.failure_reason.value if where.failure_reason is not None else "",
         opt(where.idempotency_key),
         float_text(where.finished_before),
+        opt(where.workflow_id),
     ]

@@ -24,11 +24,20 @@ from conveyor.backends.redis import decode
 from conveyor.backends.redis.connection import RedisConnection
 from conveyor.backends.redis.encode import opt
 from conveyor.backends.rows import decode_fields
-from conveyor.errors import BackendError, NotReplicated, QueueFull
-from conveyor.job import Job, JobState
+from conveyor.errors import BackendError, InvalidWorkflow, NotReplicated, QueueFull
+from conveyor.job import DependencyPolicy, FailureReason, Job, JobState
 
 #: From this many jobs, enqueue_jobs builds the Job objects while the script runs.
 OVERLAP_FROM = 16
+
+#: The states a new job may start in, as the script names them.
+_STARTS = {
+    b"waiting": JobState.WAITING,
+    b"delayed": JobState.DELAYED,
+    b"blocked": JobState.BLOCKED,
+    b"cancelled": JobState.CANCELLED,
+}
+_RUN = DependencyPolicy.RUN
 
 
 def _retrieve(call: asyncio.Future[Any]) -> None:
@@ -49,6 +58,9 @@ def _enqueue_options(new: base.NewJob) -> bytes:
         and new.tenant is None
         and new.metadata is None
         and new.retry_of is None
+        and not new.depends_on
+        and new.on_dependency_failure is not _RUN
+        and new.workflow_id is None
     ):
         return b""
     packed: bytes = msgpack.packb(
@@ -62,6 +74,9 @@ def _enqueue_options(new: base.NewJob) -> bytes:
             new.tenant,
             new.metadata,
             new.retry_of,
+            list(new.depends_on) or None,
+            new.on_dependency_failure.value if new.on_dependency_failure is _RUN else None,
+            new.workflow_id,
         ],
         use_bin_type=False,  # the server's cmsgpack reads no bin type: bytes go as str
     )
@@ -108,6 +123,10 @@ async def enqueue_jobs(conn: RedisConnection, jobs: Sequence[base.NewJob]) -> li
         raise QueueFull(reply[1].decode(), int(reply[2]))
     if tag == b"exists":
         raise BackendError(f"a job with id {reply[1].decode()!r} already exists")
+    if tag == b"unknown":
+        raise InvalidWorkflow(
+            f"job {reply[1].decode()} depends on {reply[2].decode()}, which does not exist"
+        )
     now = float(reply[1])
     out = []
     for job, item in zip(built, reply[2:], strict=True):
@@ -115,7 +134,10 @@ async def enqueue_jobs(conn: RedisConnection, jobs: Sequence[base.NewJob]) -> li
             job.run_at = job.created_at = now
         elif item[0] == b"n":
             _, state, run_at, ttl, expires_at = item
-            job.state = JobState.WAITING if state == b"waiting" else JobState.DELAYED
+            job.state = _STARTS[state]
+            if job.state is JobState.CANCELLED:  # a dependency failed already
+                job.failure_reason = FailureReason.DEPENDENCY_FAILED
+                job.finished_at = now
             job.run_at = float(run_at)
             job.created_at = now
             job.ttl = float(ttl) if ttl else None
@@ -204,5 +226,8 @@ def _new_job(new: base.NewJob) -> Job:
         tenant=new.tenant,
         metadata=metadata,
         retry_of=new.retry_of,
+        depends_on=list(new.depends_on),
+        on_dependency_failure=new.on_dependency_failure,
+        workflow_id=new.workflow_id,
         decode_error=problem,
     )

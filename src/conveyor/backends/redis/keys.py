@@ -45,6 +45,11 @@ class Keys:
         return self.base + "active"
 
     @property
+    def blocked(self) -> str:
+        """ZSET (score 0): jobs blocked on their dependencies."""
+        return self.base + "blocked"
+
+    @property
     def queues(self) -> str:
         """SET of every queue name configured or used."""
         return self.base + "queues"
@@ -93,6 +98,10 @@ class Keys:
         """STRING: one job's payload, apart from its hash (a hash with a value over
         64 bytes stops being a compact listpack)."""
         return f"{self.base}p:{job_id}"
+
+    def dependents(self, job_id: str) -> str:
+        """SET: ids of the blocked jobs waiting for this one (its hash has dn=1)."""
+        return f"{self.base}dep:{job_id}"
 
     def done(self, state: str) -> str:
         """ZSET job id by finished_at, per terminal state (retention)."""

@@ -13,6 +13,7 @@ from conveyor.backends.base import CircuitInfo, CircuitState, JobFilter, WorkerI
 from conveyor.backends.rows import worker_blob, worker_from_blob
 from conveyor.backends.sqlite.connection import ThreadConnection
 from conveyor.backends.sqlite.decode import Row, job_from_row
+from conveyor.backends.sqlite.dependencies import finished_with_dependents, resolve_dependents
 from conveyor.backends.sqlite.queries import Q
 from conveyor.backends.sqlite.reads import filter_params, get_jobs
 from conveyor.errors import InvalidStateError, JobNotFound
@@ -26,12 +27,17 @@ CHUNK = 5000
 _CIRCUIT_STATES = {s.value: s for s in CircuitState}
 
 
-def cancel_job(conn: sqlite3.Connection, job_id: str) -> Job | None:
-    row = conn.execute(Q.cancel_job, {"id": job_id, "now": time.time()}).fetchone()
+def cancel_job(conn: sqlite3.Connection, job_id: str) -> tuple[Job | None, set[str]]:
+    """The job (``None``: no such job) and the queues of the dependents it
+    released (those with policy run), to wake."""
+    now = time.time()
+    row = conn.execute(Q.cancel_job, {"id": job_id, "now": now}).fetchone()
     if row is not None:
-        return job_from_row(row)
+        finished = finished_with_dependents([row])
+        wake = resolve_dependents(conn, finished, now) if finished else set()
+        return job_from_row(row), wake
     jobs = get_jobs(conn, [job_id])  # terminal (unchanged) or missing
-    return jobs[0] if jobs else None
+    return (jobs[0] if jobs else None), set()
 
 
 def retry_failed(conn: sqlite3.Connection, job_id: str, new_id: str) -> Job:

@@ -162,7 +162,9 @@ class SQLiteBackend(UpdateScheduleByChange, base.Backend):
         return await self._reader.call(reads.count_jobs, where)
 
     async def cancel_job(self, job_id: str) -> Job | None:
-        return await self._writer.write(admin.cancel_job, job_id)
+        job, wake = await self._writer.write(admin.cancel_job, job_id)
+        self._waits.signal.notify(wake)
+        return job
 
     async def cancel_requests(self, job_ids: Sequence[str]) -> set[str]:
         if not job_ids:
@@ -191,8 +193,8 @@ class SQLiteBackend(UpdateScheduleByChange, base.Backend):
     # -- maintenance ---------------------------------------------------------
 
     async def recover_stalled(self, max_stalled: int) -> base.StallResult:
-        result = await self._writer.write(maintenance.recover_stalled, max_stalled)
-        self._waits.signal.notify({job.queue for job in result.requeued})
+        result, wake = await self._writer.write(maintenance.recover_stalled, max_stalled)
+        self._waits.signal.notify(wake)
         return result
 
     async def prune_jobs(self, rules: Sequence[base.PruneRule]) -> int:

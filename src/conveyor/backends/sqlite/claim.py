@@ -18,6 +18,7 @@ from typing import Any
 from conveyor.backends.base import ClaimRequest, ClaimResult
 from conveyor.backends.sqlite.connection import ThreadConnection
 from conveyor.backends.sqlite.decode import Row, claim_order, job_from_row
+from conveyor.backends.sqlite.dependencies import finished_with_dependents, resolve_dependents
 from conveyor.backends.sqlite.queries import Q, json_param
 from conveyor.backends.worksignal import WorkSignal
 from conveyor.errors import BackendError
@@ -31,10 +32,16 @@ DUE_SLACK = 0.002
 
 
 def claim(conn: sqlite3.Connection, request: ClaimRequest) -> ClaimResult:
-    """Promote due delayed jobs, expire TTL'd waiting ones, then claim (one transaction)."""
+    """Promote due delayed jobs, expire TTL'd waiting ones (resolving the blocked
+    jobs waiting for them), then claim (one transaction)."""
     now = time.time()
     conn.execute(Q.promote_due, {"now": now})
-    expired = [job_from_row(r) for r in conn.execute(Q.expire_due, {"now": now}).fetchall()]
+    expired_rows = conn.execute(Q.expire_due, {"now": now}).fetchall()
+    expired = [job_from_row(r) for r in expired_rows]
+    if expired_rows:
+        finished = finished_with_dependents(expired_rows)
+        if finished:  # a dependent released here wakes waiters by the commit watch
+            resolve_dependents(conn, finished, now)
     queues = list(dict.fromkeys(request.queues))
     limit = request.limit
     if limit <= 0 or not queues:

@@ -1,5 +1,6 @@
 """enqueue_jobs as one synchronous transaction: idempotency keys, queue
-limits (backpressure) and the batched inserts.
+limits (backpressure), dependencies (see dependencies.py) and the batched
+inserts.
 
 Like every area module here (claim.py, settle.py, reads.py, admin.py, ...),
 each public function is the whole body of ONE transaction and runs in the
@@ -20,13 +21,15 @@ from typing import Any
 from conveyor.backends.base import NewJob
 from conveyor.backends.rows import decode_fields
 from conveyor.backends.sqlite.decode import job_from_row
+from conveyor.backends.sqlite.dependencies import DependencyPlan, in_workflow
 from conveyor.backends.sqlite.queries import INLINE_MAX, Q, json_param
 from conveyor.errors import QueueFull
-from conveyor.job import Job, JobState
+from conveyor.job import DependencyPolicy, FailureReason, Job, JobState
 from conveyor.serialization import loads
 
 _STATES = {s.value: s for s in JobState}
 _NO_CONFIG: tuple[int | None, float | None] = (None, None)
+_CANCEL = DependencyPolicy.CANCEL
 
 
 def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
@@ -40,10 +43,19 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
     known: dict[str, Job] = {}
     if any(j.idempotency_key is not None for j in jobs):
         known = _live_keys(conn, jobs, now)
+    # Only a batch with dependencies or workflow jobs pays for them (the test
+    # is in_workflow's, inline: no call per job).
+    plan: DependencyPlan | None = None
+    if any(
+        j.depends_on or j.workflow_id is not None or j.on_dependency_failure != _CANCEL
+        for j in jobs
+    ):
+        plan = DependencyPlan(conn, jobs)
 
     results: list[Job] = []
     runs: dict[tuple[Any, ...], list[NewJob]] = {}  # plain jobs, by what they share
     rows: list[tuple[Any, ...]] = []  # insert_job
+    flow_rows: list[tuple[Any, ...]] = []  # insert_workflow_job
     key_rows: list[tuple[Any, ...]] = []
     added: dict[str, int] = {}
     waiting, delayed = JobState.WAITING, JobState.DELAYED
@@ -64,7 +76,11 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             if queue_ttl is not None and (ttl is None or queue_ttl < ttl):
                 ttl = queue_ttl
         expires_at = None if ttl is None else run_at + ttl
-        if (
+        if plan is not None:
+            state = plan.start_state(nj, state)  # may be blocked or cancelled
+        if plan is not None and in_workflow(nj):
+            flow_rows.append(_workflow_row(nj, state, ttl, run_at, now, expires_at))
+        elif (
             ttl is None
             and key is None
             and nj.timeout is None
@@ -142,6 +158,8 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             False,  # duplicate
             problem,  # decode_error
         )
+        if plan is not None:
+            _add_workflow_fields(job, nj, now)
         if key is not None:
             known[key] = job  # a second job with this key in the batch is its duplicate
             key_rows.append((key, nj.id, nj.task, queue, now + nj.idempotency_ttl))
@@ -158,6 +176,10 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
         _insert_plain(conn, runs, now)
     if rows:
         conn.executemany(Q.insert_job, rows)
+    if flow_rows:
+        conn.executemany(Q.insert_workflow_job, flow_rows)
+    if plan is not None:
+        plan.write(conn)
     if key_rows:
         conn.executemany(Q.upsert_key, key_rows)
     return results
@@ -210,6 +232,52 @@ def _insert_plain(
             conn.execute(Q.insert_job_run, params)
     if single:
         conn.executemany(Q.insert_plain_job, single)
+
+
+def _workflow_row(
+    nj: NewJob,
+    state: JobState,
+    ttl: float | None,
+    run_at: float,
+    now: float,
+    expires_at: float | None,
+) -> tuple[Any, ...]:
+    """The 21 parameters of ``insert_workflow_job`` for a job with dependencies
+    or a workflow (a job cancelled at once carries its reason and end)."""
+    cancelled = state is JobState.CANCELLED
+    return (
+        nj.id,
+        nj.task,
+        nj.queue,
+        state.value,
+        nj.priority,
+        nj.max_attempts,
+        nj.timeout,
+        ttl,
+        run_at,
+        now,
+        expires_at,
+        nj.idempotency_key,
+        nj.tenant,
+        nj.retry_of,
+        bytearray(nj.payload),
+        None if nj.metadata is None else bytearray(nj.metadata),
+        json_param(list(nj.depends_on)) if nj.depends_on else None,
+        nj.on_dependency_failure.value,
+        nj.workflow_id,
+        FailureReason.DEPENDENCY_FAILED.value if cancelled else None,
+        now if cancelled else None,
+    )
+
+
+def _add_workflow_fields(job: Job, nj: NewJob, now: float) -> None:
+    """The fields the positional ``Job(...)`` above leaves at their defaults."""
+    job.depends_on = list(nj.depends_on)
+    job.on_dependency_failure = nj.on_dependency_failure
+    job.workflow_id = nj.workflow_id
+    if job.state is JobState.CANCELLED:
+        job.failure_reason = FailureReason.DEPENDENCY_FAILED
+        job.finished_at = now
 
 
 def _decode_new(nj: NewJob) -> tuple[Any, dict[str, Any], str | None]:

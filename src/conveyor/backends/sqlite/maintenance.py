@@ -13,15 +13,24 @@ from conveyor.backends.base import PruneRule, StallResult
 from conveyor.backends.sqlite.admin import CHUNK, remember_final_states
 from conveyor.backends.sqlite.connection import ThreadConnection
 from conveyor.backends.sqlite.decode import Row
+from conveyor.backends.sqlite.dependencies import finished_with_dependents, resolve_dependents
 from conveyor.backends.sqlite.queries import Q
 from conveyor.backends.sqlrows import stall_result
 from conveyor.job import TERMINAL_STATES
 from conveyor.serialization import dumps_str
 
 
-def recover_stalled(conn: sqlite3.Connection, max_stalled: int) -> StallResult:
-    params = {"now": time.time(), "max_stalled": max_stalled}
-    return stall_result(conn.execute(Q.recover_stalled, params).fetchall())
+def recover_stalled(conn: sqlite3.Connection, max_stalled: int) -> tuple[StallResult, set[str]]:
+    """The recovered jobs, and the queues that got a job back to wake: the
+    requeued ones' and those of the dependents released by jobs that ended."""
+    now = time.time()
+    rows = conn.execute(Q.recover_stalled, {"now": now, "max_stalled": max_stalled}).fetchall()
+    result = stall_result(rows)
+    wake = {job.queue for job in result.requeued}
+    finished = finished_with_dependents(rows)
+    if finished:
+        wake |= resolve_dependents(conn, finished, now)
+    return result, wake
 
 
 def prune_chunk(conn: sqlite3.Connection, rule: PruneRule) -> int:

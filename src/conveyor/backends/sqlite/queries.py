@@ -23,8 +23,13 @@ JOB_COLUMNS = (
     "id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at, "
     "started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls, "
     "failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested, "
-    "payload, metadata, result, progress, errors"
+    "payload, metadata, result, progress, errors, depends_on, on_dependency_failure, "
+    "workflow_id"
 )
+#: Where ``has_dependents`` sits in the rows of the statements that finish jobs
+#: and return them (expire_due, cancel_job, recover_stalled): right after
+#: JOB_COLUMNS, so the job decoder ignores it.
+HAS_DEPENDENTS = len(JOB_COLUMNS.split(","))
 
 #: A result, progress or payload bigger than this is bound on its own rather
 #: than copied into a batch's JSON array parameter.
@@ -47,6 +52,10 @@ class Queries:
     insert_job: LiteralString
     insert_plain_job: LiteralString
     insert_job_run: LiteralString
+    dependency_states: LiteralString
+    insert_workflow_job: LiteralString
+    add_dependencies: LiteralString
+    mark_has_dependents: LiteralString
     upsert_key: LiteralString
     # claim
     promote_due: LiteralString
@@ -79,11 +88,16 @@ class Queries:
     count_waiting: LiteralString
     count_delayed: LiteralString
     count_active: LiteralString
+    count_blocked: LiteralString
     count_finished: LiteralString
     counts_by_queue: LiteralString
     queue_rows: LiteralString
     oldest_waiting: LiteralString
     cancel_requested_of: LiteralString
+    # dependencies
+    cancel_dependents: LiteralString
+    take_dependents: LiteralString
+    release_dependents: LiteralString
     # acting on jobs
     cancel_job: LiteralString
     retry_target: LiteralString

@@ -3,7 +3,8 @@
 -- queries.py parses this file once into typed LiteralString attributes. Values
 -- are always bound parameters (never formatted in); a variable-length list is
 -- one JSON array parameter read with json_each(). A block that returns jobs
--- lists exactly the columns of JOB_COLUMNS in decode.py (checked at load).
+-- lists exactly the columns of JOB_COLUMNS in queries.py (checked at load),
+-- those that finish jobs then has_dependents.
 --
 -- Plans are pinned where the planner, without statistics, could pick a broad
 -- index and walk every job in a state: INDEXED BY names the partial index a
@@ -60,6 +61,37 @@ SELECT json_extract(value, '$[0]'), :task, :queue, :state, :priority, :max_attem
        :run_at, :now, CAST(json_extract(value, '$[1]') AS BLOB)
 FROM json_each(:items);
 
+-- name: dependency_states
+-- The state of the stored jobs among :ids (JSON array): the dependencies a
+-- batch names. Tables: jobs.
+SELECT id, state
+FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: insert_workflow_job
+-- Insert one new job that has dependencies or belongs to a workflow
+-- (executemany): every column insert_job writes, plus depends_on (JSON array
+-- text), on_dependency_failure, workflow_id, and failure_reason/finished_at for
+-- a job cancelled at once because a dependency already failed. Tables: jobs.
+INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
+                  created_at, expires_at, idempotency_key, tenant, retry_of, payload, metadata,
+                  depends_on, on_dependency_failure, workflow_id, failure_reason, finished_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+        ?17, ?18, ?19, ?20, ?21);
+
+-- name: add_dependencies
+-- Record that blocked job ?2 waits for unfinished job ?1 (executemany).
+-- Tables: job_dependencies.
+INSERT OR IGNORE INTO job_dependencies (dependency_id, job_id)
+VALUES (?1, ?2);
+
+-- name: mark_has_dependents
+-- Flag the jobs among :ids (JSON array) as waited for by a blocked job, so the
+-- operation that finishes them resolves their dependents. Tables: jobs.
+UPDATE jobs
+SET has_dependents = 1
+WHERE id IN (SELECT value FROM json_each(:ids)) AND has_dependents = 0;
+
 -- name: upsert_key
 -- Remember an idempotency key for a new job, replacing an expired row (executemany).
 -- Tables: idempotency_keys.
@@ -84,7 +116,8 @@ WHERE state = 'delayed' AND run_at <= :now;
 
 -- name: expire_due
 -- Waiting jobs past expires_at (all queues) fail as expired, with an Expired
--- error appended; returns them. An index-only no-op when nothing is due.
+-- error appended; returns them, with has_dependents (the caller resolves the
+-- jobs waiting for them). An index-only no-op when nothing is due.
 -- Tables: jobs (jobs_expiry).
 UPDATE jobs INDEXED BY jobs_expiry
 SET state = 'failed',
@@ -104,7 +137,8 @@ RETURNING
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
-    payload, metadata, result, progress, errors;
+    payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
+    workflow_id, has_dependents;
 
 -- name: open_circuits
 -- Circuits that are not closed (open or half-open). Tables: circuits.
@@ -142,7 +176,8 @@ RETURNING
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
-    payload, metadata, result, progress, errors;
+    payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
+    workflow_id;
 
 -- name: claim_candidates
 -- The slow path's candidates: like claim_fast's choice, but only (id, task),
@@ -175,7 +210,8 @@ RETURNING
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
-    payload, metadata, result, progress, errors;
+    payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
+    workflow_id;
 
 -- name: rate_trim
 -- Forget one task's starts that left its window (at <= :since). Tables: rate_starts.
@@ -205,8 +241,9 @@ WHERE task = ?2;
 -- ------------------------------------------------- renew, settle, progress --
 
 -- name: leases_of
--- Current lease of the active jobs among :ids (JSON array). Tables: jobs.
-SELECT id, lease_token, cancel_requested, queue
+-- Current lease of the active jobs among :ids (JSON array), and whether a
+-- blocked job waits for them (has_dependents). Tables: jobs.
+SELECT id, lease_token, cancel_requested, queue, has_dependents
 FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = 'active';
 
@@ -255,8 +292,9 @@ WHERE id = ?10 AND lease_token = ?11 AND state = 'active';
 -- array of [id, lease_token, result, progress]; result and progress are JSON
 -- text or null) that is active under that token. No RETURNING (each returned
 -- row costs more than its update): the caller compares the change count with
--- the batch and, when some were refused, rolls back and settles exactly.
--- Tables: jobs.
+-- the batch and, when some were refused, rolls back and settles exactly. A job
+-- that blocked jobs wait for (has_dependents) is left to the exact path too,
+-- which resolves its dependents. Tables: jobs.
 UPDATE jobs
 SET state = 'completed',
     result = coalesce(s.result, jobs.result),
@@ -270,7 +308,8 @@ FROM (SELECT json_extract(value, '$[0]') AS id,
              CAST(json_extract(value, '$[2]') AS BLOB) AS result,
              CAST(json_extract(value, '$[3]') AS BLOB) AS progress
       FROM json_each(:items)) AS s
-WHERE jobs.id = s.id AND jobs.lease_token = s.token AND jobs.state = 'active';
+WHERE jobs.id = s.id AND jobs.lease_token = s.token AND jobs.state = 'active'
+  AND jobs.has_dependents = 0;
 
 -- name: circuits_of
 -- The circuits of the tasks in :tasks (JSON array). Tables: circuits.
@@ -313,7 +352,8 @@ SELECT
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
-    payload, metadata, result, progress, errors
+    payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
+    workflow_id
 FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids));
 
@@ -324,7 +364,8 @@ SELECT
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
-    payload, metadata, result, progress, errors
+    payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
+    workflow_id
 FROM jobs
 WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:queue IS NULL OR queue = :queue)
@@ -333,6 +374,7 @@ WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
   AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
   AND (:finished_before IS NULL OR finished_at < :finished_before)
+  AND (:workflow_id IS NULL OR workflow_id = :workflow_id)
 ORDER BY id DESC
 LIMIT :limit OFFSET :offset;
 
@@ -344,7 +386,8 @@ SELECT
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
-    payload, metadata, result, progress, errors
+    payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
+    workflow_id
 FROM jobs INDEXED BY jobs_finished
 WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at IS NOT NULL
   AND (:queue IS NULL OR queue = :queue)
@@ -353,6 +396,7 @@ WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at IS NOT NUL
   AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
   AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
   AND (:finished_before IS NULL OR finished_at < :finished_before)
+  AND (:workflow_id IS NULL OR workflow_id = :workflow_id)
 ORDER BY id DESC
 LIMIT :limit OFFSET :offset;
 
@@ -366,7 +410,8 @@ WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at IS NOT NUL
   AND (:tenant IS NULL OR tenant = :tenant)
   AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
   AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
-  AND (:finished_before IS NULL OR finished_at < :finished_before);
+  AND (:finished_before IS NULL OR finished_at < :finished_before)
+  AND (:workflow_id IS NULL OR workflow_id = :workflow_id);
 
 -- name: count_jobs
 -- How many jobs match a JobFilter (a NULL parameter matches everything). Tables: jobs.
@@ -378,7 +423,8 @@ WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:tenant IS NULL OR tenant = :tenant)
   AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
   AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
-  AND (:finished_before IS NULL OR finished_at < :finished_before);
+  AND (:finished_before IS NULL OR finished_at < :finished_before)
+  AND (:workflow_id IS NULL OR workflow_id = :workflow_id);
 
 -- name: count_waiting
 -- How many jobs are waiting. Tables: jobs (jobs_claim, index-only).
@@ -397,6 +443,12 @@ WHERE state = 'delayed';
 SELECT count(*)
 FROM jobs INDEXED BY jobs_lease
 WHERE state = 'active';
+
+-- name: count_blocked
+-- How many jobs are blocked. Tables: jobs (jobs_blocked, index-only).
+SELECT count(*)
+FROM jobs INDEXED BY jobs_blocked
+WHERE state = 'blocked';
 
 -- name: count_finished
 -- How many jobs are in terminal :state (the dead-letter count). Tables: jobs
@@ -421,6 +473,11 @@ UNION ALL
 SELECT queue, 'active', count(*)
 FROM jobs INDEXED BY jobs_lease
 WHERE state = 'active'
+GROUP BY queue
+UNION ALL
+SELECT queue, 'blocked', count(*)
+FROM jobs INDEXED BY jobs_blocked
+WHERE state = 'blocked'
 GROUP BY queue
 UNION ALL
 SELECT queue, state, count(*)
@@ -448,21 +505,77 @@ FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = 'active' AND cancel_requested = 1;
 
 
+-- ----------------------------------------------------------- dependencies --
+-- Run, in its own transaction, by every operation that finishes a job with
+-- has_dependents (see dependencies.py): cancel_dependents (only when one of
+-- them failed or was cancelled), then take_dependents, then release_dependents.
+
+-- name: cancel_dependents
+-- The blocked jobs with policy 'cancel' that wait for one of :failed (JSON
+-- array of ids of jobs that just failed or were cancelled), and transitively
+-- the blocked 'cancel' jobs waiting for those, end cancelled with reason
+-- dependency_failed. The recursive CTE walks a chain of any length in this one
+-- statement (UNION: each job once). Returns their ids.
+-- Tables: jobs, job_dependencies.
+WITH RECURSIVE doomed(id) AS (
+    SELECT e.job_id
+    FROM job_dependencies AS e
+    JOIN jobs AS j ON j.id = e.job_id
+    WHERE e.dependency_id IN (SELECT value FROM json_each(:failed))
+      AND +j.state = 'blocked' AND j.on_dependency_failure = 'cancel'
+    UNION
+    SELECT e.job_id
+    FROM doomed AS d
+    JOIN job_dependencies AS e ON e.dependency_id = d.id
+    JOIN jobs AS j ON j.id = e.job_id
+    WHERE +j.state = 'blocked' AND j.on_dependency_failure = 'cancel'
+)
+UPDATE jobs
+SET state = 'cancelled',
+    failure_reason = 'dependency_failed',
+    finished_at = :now
+WHERE id IN (SELECT id FROM doomed) AND +state = 'blocked'
+RETURNING id;
+
+-- name: take_dependents
+-- The jobs :ids (JSON array) have finished: delete the rows of the jobs
+-- waiting for them and return those jobs' ids (the candidates for release).
+-- Tables: job_dependencies.
+DELETE FROM job_dependencies
+WHERE dependency_id IN (SELECT value FROM json_each(:ids))
+RETURNING job_id;
+
+-- name: release_dependents
+-- The blocked jobs among :ids (JSON array) that wait for nothing any more (no
+-- job_dependencies row left) become waiting, or delayed while their run_at is
+-- ahead: run_at = max(run_at, :now), and the wait gets its whole TTL. Returns
+-- their queues and states. Tables: jobs, job_dependencies.
+UPDATE jobs
+SET state = CASE WHEN run_at > :now THEN 'delayed' ELSE 'waiting' END,
+    run_at = max(run_at, :now),
+    expires_at = max(run_at, :now) + ttl
+WHERE id IN (SELECT value FROM json_each(:ids)) AND +state = 'blocked'
+  AND NOT EXISTS (SELECT 1 FROM job_dependencies AS e WHERE e.job_id = jobs.id)
+RETURNING queue, state;
+
+
 -- ------------------------------------------------------- acting on jobs --
 
 -- name: cancel_job
--- Waiting/delayed: cancelled now; active: flag cancel_requested. Returns the
--- job when it changed. Tables: jobs.
+-- Waiting/delayed/blocked: cancelled now; active: flag cancel_requested.
+-- Returns the job when it changed, and has_dependents (the caller resolves
+-- the jobs waiting for it). Tables: jobs.
 UPDATE jobs
 SET state = CASE WHEN state = 'active' THEN state ELSE 'cancelled' END,
     finished_at = CASE WHEN state = 'active' THEN finished_at ELSE :now END,
     cancel_requested = CASE WHEN state = 'active' THEN 1 ELSE cancel_requested END
-WHERE id = :id AND state IN ('waiting', 'delayed', 'active')
+WHERE id = :id AND state IN ('waiting', 'delayed', 'blocked', 'active')
 RETURNING
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
-    payload, metadata, result, progress, errors;
+    payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
+    workflow_id, has_dependents;
 
 -- name: retry_target
 -- One job's state and the job it was already retried as. Tables: jobs.
@@ -508,6 +621,7 @@ WHERE rowid IN (
       AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
       AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
       AND (:finished_before IS NULL OR finished_at < :finished_before)
+      AND (:workflow_id IS NULL OR workflow_id = :workflow_id)
     LIMIT :chunk)
 RETURNING idempotency_key, id, state;
 
@@ -525,8 +639,9 @@ WHERE key = ?2 AND job_id = ?3;
 -- Active jobs whose lease ended before :now: back to waiting with stalls + 1
 -- and a fresh TTL (expires_at = :now + ttl), or failed/stalled when no attempt
 -- or stall is left, or cancelled when a cancel was requested (it wins); a
--- Stalled error is appended either way. Returns them. Every SET expression
--- reads the row as it was. Tables: jobs (jobs_lease).
+-- Stalled error is appended either way. Returns them, with has_dependents (the
+-- caller resolves the jobs waiting for the ones that ended). Every SET
+-- expression reads the row as it was. Tables: jobs (jobs_lease).
 UPDATE jobs INDEXED BY jobs_lease
 SET state = CASE WHEN cancel_requested THEN 'cancelled'
                  WHEN attempts >= max_attempts OR stalls + 1 > :max_stalled THEN 'failed'
@@ -560,7 +675,8 @@ RETURNING
     id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
-    payload, metadata, result, progress, errors;
+    payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
+    workflow_id, has_dependents;
 
 -- name: prune_by_age
 -- Delete up to :chunk jobs in :state finished before :before, of :task (NULL =

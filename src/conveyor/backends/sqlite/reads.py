@@ -35,6 +35,7 @@ def filter_params(where: JobFilter) -> dict[str, Any]:
         "failure_reason": None if where.failure_reason is None else where.failure_reason.value,
         "idempotency_key": where.idempotency_key,
         "finished_before": where.finished_before,
+        "workflow_id": where.workflow_id,
     }
 
 
@@ -67,6 +68,8 @@ def count_jobs(conn: sqlite3.Connection, where: JobFilter) -> int:
                 row = conn.execute(Q.count_delayed).fetchone()
             elif state is JobState.ACTIVE:
                 row = conn.execute(Q.count_active).fetchone()
+            elif state is JobState.BLOCKED:
+                row = conn.execute(Q.count_blocked).fetchone()
             else:
                 row = conn.execute(Q.count_finished, {"state": state.value}).fetchone()
             total += int(row[0])

@@ -38,12 +38,21 @@ CREATE TABLE jobs (
     result           BLOB,
     progress         BLOB,
     errors           TEXT
+    -- Added by 0004 (dependencies). ALTER TABLE ADD COLUMN stores each added
+    -- column as ", name type" at the end, hence the leading comma.
+    -- depends_on: a JSON array of ids (NULL: none); on_dependency_failure:
+    -- 'cancel' or 'run'; has_dependents: 1 once a blocked job waits for this
+    -- one (the operations that finish a job look for dependents only then).
+    , depends_on TEXT,
+    on_dependency_failure TEXT NOT NULL DEFAULT 'cancel',
+    workflow_id TEXT,
+    has_dependents INTEGER NOT NULL DEFAULT 0
 );
 
 -- No index on (state, queue): every state change would pay for it. Each state
 -- has its own partial index instead, and the counts per queue and state read
 -- them (index-only): waiting from jobs_claim, delayed from jobs_delayed, active
--- from jobs_lease, terminal states from jobs_finished.
+-- from jobs_lease, blocked from jobs_blocked, terminal states from jobs_finished.
 --
 -- Claim: the next waiting jobs of one queue in claim order.
 CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE state = 'waiting';
@@ -58,6 +67,20 @@ CREATE INDEX jobs_finished ON jobs (state, finished_at, queue) WHERE finished_at
 -- Listing walks the primary key newest first (ids increase in creation order,
 -- see ids.py), so it needs no index of its own; tenant filters have one.
 CREATE INDEX jobs_tenant ON jobs (tenant, id) WHERE tenant IS NOT NULL;
+-- Blocked jobs, for the counts per queue and state (index-only).
+CREATE INDEX jobs_blocked ON jobs (queue) WHERE state = 'blocked';
+
+-- The dependencies a blocked job still waits for, one row per (dependency,
+-- dependent). Written at enqueue for the dependencies not finished yet; a
+-- dependency's rows are deleted when it finishes (its dependents are resolved
+-- then), so a blocked job with no row left has all its dependencies finished.
+CREATE TABLE job_dependencies (
+    dependency_id TEXT NOT NULL,
+    job_id        TEXT NOT NULL,
+    PRIMARY KEY (dependency_id, job_id)
+) WITHOUT ROWID;
+-- Whether a blocked job still waits for anything.
+CREATE INDEX job_dependencies_job ON job_dependencies (job_id);
 
 -- Idempotency keys outlive their job's row: final_state remembers how the job
 -- ended when retention (or a delete) removed it.

@@ -2,7 +2,8 @@
 synchronous transaction in a connection's thread (see enqueue.py).
 
 Outcomes and renewals are fenced by lease token; settling also counts the
-outcomes in their tasks' circuits.
+outcomes in their tasks' circuits, and resolves the blocked jobs waiting for
+the jobs it finishes (see dependencies.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from conveyor.backends.base import (
     SettleResult,
 )
 from conveyor.backends.sqlite.decode import Row
+from conveyor.backends.sqlite.dependencies import Finished, resolve_dependents
 from conveyor.backends.sqlite.queries import INLINE_MAX, Q, json_param
 from conveyor.job import FailureReason
 from conveyor.serialization import dumps_str
@@ -31,7 +33,8 @@ _HALF_OPEN = CircuitState.HALF_OPEN.value
 
 
 def _leases(conn: sqlite3.Connection, ids: list[str]) -> dict[str, Row]:
-    """id -> (id, lease_token, cancel_requested, queue) of the active ones."""
+    """id -> (id, lease_token, cancel_requested, queue, has_dependents) of the
+    active ones."""
     return {r[0]: r for r in conn.execute(Q.leases_of, {"ids": json_param(ids)}).fetchall()}
 
 
@@ -77,13 +80,14 @@ def settle(
     conn: sqlite3.Connection, settlements: Sequence[Settlement]
 ) -> tuple[SettleResult, set[str]]:
     """Apply outcomes fenced by lease token; returns the result and the queues
-    that got a job back (released or retried) to wake waiters on.
+    that got a job back (released or retried, or a dependent released) to wake
+    waiters on.
 
     COMPLETE outcomes (nearly all of them) take one statement for the batch;
-    anything else, a repeated id, or a refusal takes the exact path, which
-    reads each lease first. A RETRY or RELEASE of a job with a pending cancel
-    request ends it cancelled instead: ``leases_of`` reads the flag in this
-    transaction.
+    anything else, a repeated id, a refusal, or a job that blocked jobs wait
+    for takes the exact path, which reads each lease first. A RETRY or RELEASE
+    of a job with a pending cancel request ends it cancelled instead:
+    ``leases_of`` reads the flag in this transaction.
     """
     now = time.time()
     applied = _settle_fast(conn, settlements, now)
@@ -144,13 +148,15 @@ def _settle_fast(
 def _settle_exact(
     conn: sqlite3.Connection, settlements: Sequence[Settlement], now: float
 ) -> _Applied:
-    """Read each job's lease, then apply the outcomes that hold it (``executemany``)."""
+    """Read each job's lease, then apply the outcomes that hold it
+    (``executemany``); then resolve the dependents of the jobs that ended."""
     current = _leases(conn, [s.job_id for s in settlements])
     refused: set[str] = set()
     cancelled: set[str] = set()
     wake: set[str] = set()
     params: list[tuple[Any, ...]] = []
     counted: list[Settlement] = []
+    finished: list[Finished] = []  # ended, with blocked jobs waiting for them
     for s in settlements:
         row = current.get(s.job_id)
         if row is None or row[1] != s.lease_token:
@@ -165,10 +171,14 @@ def _settle_exact(
             else:
                 wake.add(row[3])
         params.append(_settle_params(s, outcome, now))
+        if row[4] and outcome is not Outcome.RELEASE and outcome is not Outcome.RETRY:
+            finished.append((s.job_id, outcome is not Outcome.COMPLETE))
         if s.circuit is not None:
             counted.append(s)  # counted as reported, even when a cancel ended the job
     if params:
         conn.executemany(Q.settle_job, params)
+    if finished:
+        wake |= resolve_dependents(conn, finished, now)
     return refused, cancelled, wake, counted
 
 

@@ -4,6 +4,9 @@
 -- has not popped come first and count against `limit` (any beyond it stay in
 -- its inbox). A claim that comes back short registers the worker as idle for
 -- `handoff ttl` seconds (0, or task caps or rate limits given: never).
+-- An expired job that has dependents (flag dn) resolves them here
+-- (resolve_dependents, lib.lua: their hashes, dep:<id>, blocked, delayed,
+-- w:/wt:, done:cancelled, n:<queue>, and wake-ups on `wake` for those released).
 -- KEYS[1] delayed    delayed jobs by run_at
 -- KEYS[2] expiring   waiting jobs with a TTL, by expires_at
 -- KEYS[3] active     active jobs by lease_until

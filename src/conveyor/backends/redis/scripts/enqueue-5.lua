@@ -12,11 +12,20 @@
 -- options: '' when every other option has its default (most jobs: fewer
 --   arguments to pack and to convert), else a MessagePack array of priority,
 --   delay, run_at|nil, ttl|nil, idempotency_key|nil, idempotency_ttl,
---   tenant|nil, metadata|nil, retry_of|nil
+--   tenant|nil, metadata|nil, retry_of|nil, depends_on (list of ids)|nil,
+--   on_dependency_failure ('run')|nil, workflow_id|nil
+-- Dependencies: each id must be a stored job or a new one earlier in the batch.
+-- A job whose dependencies all finished well (or at all, policy run) is
+-- waiting/delayed as usual; one with a failed or cancelled dependency (policy
+-- cancel) is stored cancelled 'dependency_failed' (done:cancelled); otherwise
+-- it is blocked: index `blocked`, its id added to each unfinished dependency's
+-- set dep:<id> and that job's flag dn=1 (see resolve_dependents in lib.lua).
 -- Returns {'ok', now, item...}: item {'n', state, run_at, ttl|'', expires_at|''}
--- for a new job (just 'n' when it is waiting, due now, without a TTL), {'d', {field, value...}} for a live duplicate, {'g', id, task,
--- queue, state|'', key} for a duplicate whose job retention deleted;
--- or {'full', queue, max_size} / {'exists', id} with nothing stored.
+-- for a new job (just 'n' when it is waiting, due now, without a TTL), {'d',
+-- {field, value...}} for a live duplicate, {'g', id, task, queue, state|'',
+-- key} for a duplicate whose job retention deleted; or {'full', queue,
+-- max_size} / {'exists', id} / {'unknown', id, dependency id} with nothing
+-- stored.
 local now = now_time()
 local n = tonumber(ARGV[2])
 local F = 7
@@ -53,6 +62,13 @@ for i = 0, n - 1 do
   end
   if not item then
     if seen[id] then return {'exists', id} end
+    if o[10] then
+      for _, dep in ipairs(o[10]) do
+        if not seen[dep] and redis.call('EXISTS', jkey(dep)) == 0 then
+          return {'unknown', id, dep}
+        end
+      end
+    end
     seen[id] = true
     fresh[#fresh + 1] = id
     item = b  -- a new job: where its arguments start
@@ -83,11 +99,35 @@ for q, count in pairs(added) do
   end
 end
 
+-- Where a new job with dependencies `deps` starts, `usual` being waiting or
+-- delayed: cancelled when one failed or was cancelled (unless `runs_anyway`),
+-- else blocked on the distinct ones not finished yet (returned too), else
+-- `usual`. Jobs earlier in the batch are written by then: one read each.
+local function dependency_state(deps, runs_anyway, usual)
+  local unfinished, counted = {}, {}
+  local failed = false
+  for _, dep in ipairs(deps) do
+    if not counted[dep] then
+      counted[dep] = true
+      local s = redis.call('HGET', jkey(dep), 's')
+      if s == 'failed' or s == 'cancelled' then
+        if not runs_anyway then failed = true end
+      elseif s and s ~= 'completed' then  -- a job gone since counts as completed
+        unfinished[#unfinished + 1] = dep
+      end
+    end
+  end
+  if failed then return 'cancelled', nil end
+  if #unfinished > 0 then return 'blocked', unfinished end
+  return usual, nil
+end
+
 -- Validated: from here on nothing fails, so the batch is all or nothing.
 local counts = {}
 local all = {}
 local timer = false
 local expiring, delayed, payloads, dups = {}, {}, {}, {}
+local blocked = {}      -- ZADD arguments of the blocked index
 local waits = {}        -- queue -> task -> {its waiting set's key, ZADD arguments}
 local prefixes = {}     -- run_at text -> wmember's prefix (most jobs share one)
 local out = {'ok', fmt(now)}
@@ -114,6 +154,9 @@ for i = 1, n do
     if qttl[q] and (not ttl or qttl[q] < ttl) then ttl = qttl[q] end
     local state = 'waiting'
     if run_at > now then state = 'delayed' end
+    local deps = o[10]
+    local unfinished = nil
+    if deps then state, unfinished = dependency_state(deps, o[11] == 'run', state) end
     payloads[#payloads + 1] = pkey(id)
     payloads[#payloads + 1] = ARGV[b + 4]
     local fields = {'t', t, 'q', q, 's', state, 'ra', ratext,
@@ -137,6 +180,17 @@ for i = 1, n do
     if o[7] then fields[n_ + 1] = 'tn'; fields[n_ + 2] = o[7]; n_ = n_ + 2 end
     if o[8] then fields[n_ + 1] = 'm'; fields[n_ + 2] = o[8]; n_ = n_ + 2 end
     if o[9] then fields[n_ + 1] = 'ro'; fields[n_ + 2] = o[9]; n_ = n_ + 2 end
+    if deps then
+      fields[n_ + 1] = 'dp'; fields[n_ + 2] = cjson.encode(deps); n_ = n_ + 2
+      if state == 'cancelled' then
+        fields[n_ + 1] = 'fr'; fields[n_ + 2] = 'dependency_failed'
+        fields[n_ + 3] = 'fa'; fields[n_ + 4] = nowtext; n_ = n_ + 4
+      elseif unfinished then
+        fields[n_ + 1] = 'pd'; fields[n_ + 2] = #unfinished; n_ = n_ + 2
+      end
+    end
+    if o[11] then fields[n_ + 1] = 'of'; fields[n_ + 2] = o[11]; n_ = n_ + 2 end
+    if o[12] then fields[n_ + 1] = 'wf'; fields[n_ + 2] = o[12]; n_ = n_ + 2 end
     redis.call('HSET', jkey(id), unpack(fields))
     all[#all + 1] = 0
     all[#all + 1] = id
@@ -162,10 +216,19 @@ for i = 1, n do
         expiring[#expiring + 1] = ex
         expiring[#expiring + 1] = id
       end
-    else
+    elseif state == 'delayed' then
       delayed[#delayed + 1] = run_at
       delayed[#delayed + 1] = id
       timer = true
+    elseif state == 'blocked' then
+      blocked[#blocked + 1] = 0
+      blocked[#blocked + 1] = id
+      for _, dep in ipairs(unfinished) do
+        redis.call('SADD', depkey(dep), id)
+        redis.call('HSET', jkey(dep), 'dn', '1')
+      end
+    else
+      redis.call('ZADD', donekey('cancelled'), now, id)
     end
     if ik then
       local key = idemkey(ik)
@@ -173,7 +236,7 @@ for i = 1, n do
       redis.call('PEXPIRE', key, math.max(1, math.floor(o[6] * 1000)))
     end
     bump(counts, q, nil, state)
-    if ratext == nowtext and not ttl then
+    if ratext == nowtext and not ttl and state == 'waiting' then
       out[#out + 1] = 'n'  -- the common case: waiting, due now, no TTL
     else
       out[#out + 1] = {'n', state, ratext, ttltext, extext}
@@ -194,6 +257,7 @@ for _, tasks in pairs(waits) do
 end
 call_many('ZADD', K_EXPIRING, expiring)
 call_many('ZADD', K_DELAYED, delayed)
+call_many('ZADD', K_BLOCKED, blocked)
 for q, _ in pairs(counts) do redis.call('SADD', K_QUEUES, q) end
 -- Idle workers get the new work straight away, claimed for them (one hop less
 -- than waking them to claim); the others are woken for what is left.

@@ -22,6 +22,8 @@ local function minutekey(m) return PFX .. 'sm:' .. m end
 local function idlekey(q) return PFX .. 'idle:' .. q end
 local function iwkey(w) return PFX .. 'iw:' .. w end
 local function inboxkey(w) return PFX .. 'inbox:' .. w end
+-- Dependencies: the ids of the blocked jobs waiting for one job.
+local function depkey(id) return PFX .. 'dep:' .. id end
 local K_ALL = PFX .. 'all'
 local K_DELAYED = PFX .. 'delayed'
 local K_EXPIRING = PFX .. 'expiring'
@@ -29,6 +31,7 @@ local K_ACTIVE = PFX .. 'active'
 local K_QUEUES = PFX .. 'queues'
 local K_CIRCUITS = PFX .. 'circuits'
 local K_WAKE = PFX .. 'wake'
+local K_BLOCKED = PFX .. 'blocked'
 
 -- The server's clock (G11); Redis 7 replicates a script's effects, not the script.
 local function now_time()
@@ -96,6 +99,7 @@ local function unindex(id, s, q, t, pr, ra)
   if s == 'waiting' then leave_waiting(id, q, t, pr, ra)
   elseif s == 'delayed' then redis.call('ZREM', K_DELAYED, id)
   elseif s == 'active' then redis.call('ZREM', K_ACTIVE, id)
+  elseif s == 'blocked' then redis.call('ZREM', K_BLOCKED, id)
   elseif TERMINAL[s] then redis.call('ZREM', donekey(s), id) end
 end
 
@@ -109,7 +113,9 @@ local function remove_job(id, counts)
   redis.call('ZREM', K_ALL, id)
   if not f[1] then return false end
   unindex(id, f[1], f[2], f[3], f[4], f[5])
-  redis.call('DEL', key, pkey(id))
+  -- Its dependents set, if any: a terminal job's is gone already, a deleted
+  -- live job's dependents stay blocked (as when its row is lost).
+  redis.call('DEL', key, pkey(id), depkey(id))
   bump(counts, f[2], f[1], nil)
   if f[6] then
     local ik = idemkey(f[6])
@@ -124,6 +130,80 @@ local function call_many(cmd, key, list, step)
   for i = 1, #list, step do
     redis.call(cmd, key, unpack(list, i, math.min(i + step - 1, #list)))
   end
+end
+
+-- Dependencies (NewJob.depends_on). A blocked job sits in the `blocked` index
+-- with 'pd', how many of its dependencies had not finished when it was stored;
+-- each of those holds its id in its dependents set (dep:<id>) and carries the
+-- flag dn=1. A script that makes a job terminal reads dn with the fields it
+-- reads anyway and, for the few jobs that have it, calls resolve_dependents in
+-- the same script: a job without dependents costs nothing more.
+--
+-- Resolve the blocked dependents of `finished` (ids of jobs just made terminal,
+-- each with dn=1). A dependent whose last unfinished dependency this was is
+-- released: waiting (run_at now, a fresh TTL from now), or delayed while its
+-- run_at is still ahead. One whose dependency failed or was cancelled, under
+-- policy cancel, is cancelled 'dependency_failed' and, having dependents of its
+-- own, joins the work list: a chain of any length, no recursion. Each set is
+-- read and deleted once, so a dependency counts once whatever runs at the same
+-- moment. Bumps `counts`, marks the queues of released waiting jobs in `woken`;
+-- returns true when a released job is delayed (a new timer).
+local function resolve_dependents(finished, now, counts, woken)
+  local nowtext = fmt(now)
+  local timer = false
+  local i = 1
+  while i <= #finished do
+    local id = finished[i]
+    i = i + 1
+    local dk = depkey(id)
+    local dependents = redis.call('SMEMBERS', dk)
+    if #dependents > 0 then
+      redis.call('DEL', dk)
+      local completed = redis.call('HGET', jkey(id), 's') == 'completed'
+      for _, d in ipairs(dependents) do
+        local key = jkey(d)
+        local f = redis.call('HMGET', key, 's', 'of', 'q', 't', 'pr', 'ra', 'ttl', 'dn')
+        if f[1] == 'blocked' then
+          local q = f[3]
+          if completed or f[2] == 'run' then
+            if redis.call('HINCRBY', key, 'pd', -1) <= 0 then
+              redis.call('ZREM', K_BLOCKED, d)
+              local ra = tonumber(f[6])
+              if ra > now then
+                redis.call('HSET', key, 's', 'delayed')
+                redis.call('ZADD', K_DELAYED, ra, d)
+                bump(counts, q, 'blocked', 'delayed')
+                timer = true
+              else
+                local ex = nil
+                redis.call('HSET', key, 's', 'waiting', 'ra', nowtext)
+                if f[7] then
+                  ex = now + tonumber(f[7])
+                  redis.call('HSET', key, 'ex', fmt(ex))
+                end
+                enter_waiting(d, q, f[4], f[5], nowtext, ex)
+                bump(counts, q, 'blocked', 'waiting')
+                woken[q] = true
+              end
+            end
+          else
+            redis.call('ZREM', K_BLOCKED, d)
+            redis.call('HSET', key, 's', 'cancelled', 'fr', 'dependency_failed', 'fa', nowtext)
+            redis.call('ZADD', donekey('cancelled'), now, d)
+            bump(counts, q, 'blocked', 'cancelled')
+            if f[8] == '1' then finished[#finished + 1] = d end
+          end
+        end
+      end
+    end
+  end
+  return timer
+end
+
+-- The wake-ups of what resolve_dependents released.
+local function publish_released(woken, timer)
+  for q, _ in pairs(woken) do redis.call('PUBLISH', K_WAKE, 'q:' .. q) end
+  if timer then redis.call('PUBLISH', K_WAKE, 't:') end
 end
 
 -- The active index keeps one member longer than zset-max-listpack-value with an
@@ -163,8 +243,9 @@ end
 -- The claim itself, shared by claim-4 (a worker asks) and enqueue-5 (a direct
 -- handoff to an idle worker): promote due delayed jobs, expire waiting jobs past
 -- their TTL, then claim up to `limit` due jobs of `queues`, priority DESC,
--- run_at ASC, id ASC, within per-task caps, circuits and rate limits. Bumps
--- `counts`; returns the claimed jobs as a lease group and the expired rows
+-- run_at ASC, id ASC, within per-task caps, circuits and rate limits. Expired
+-- jobs resolve their dependents (and publish the wake-ups of those released).
+-- Bumps `counts`; returns the claimed jobs as a lease group and the expired rows
 -- ({field, value...}).
 local function claim_for(now, worker, limit, lease, token, circuits_on, queues, caps, rates, counts)
   local nowtext = fmt(now)
@@ -184,10 +265,11 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
 
   -- 2. expire waiting jobs past their TTL (G8: an expired job never starts)
   local expired = {}
+  local finished = {}  -- expired jobs that have dependents
   local gone = redis.call('ZRANGEBYSCORE', K_EXPIRING, '-inf', now, 'LIMIT', 0, 1000)
   for _, id in ipairs(gone) do
     local key = jkey(id)
-    local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'a')
+    local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'a', 'dn')
     if f[1] == 'waiting' then
       redis.call('ZREM', wkey(f[2], f[3]), wmember(f[5], id))
       redis.call('HSET', key, 's', 'failed', 'fr', 'expired', 'fa', nowtext)
@@ -195,9 +277,16 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
       redis.call('ZADD', donekey('failed'), now, id)
       bump(counts, f[2], 'waiting', 'failed')
       expired[#expired + 1] = job_row(id)
+      if f[7] == '1' then finished[#finished + 1] = id end
     end
   end
   call_many('ZREM', K_EXPIRING, gone)
+  -- Their dependents are cancelled (or released, policy run) before the claim
+  -- looks for work, so a released job may go in this very claim.
+  if #finished > 0 then
+    local woken = {}
+    publish_released(woken, resolve_dependents(finished, now, counts, woken))
+  end
 
   local claimed = {}
   local lease_until = now + lease

@@ -4,6 +4,9 @@
 -- KEYS[2] expiring    waiting jobs with a TTL
 -- KEYS[3] wake        (channel) wake-up notifications
 -- ARGV[1] key prefix; ARGV[2] max stalls
+-- A job that ends failed or cancelled and has dependents (flag dn) resolves
+-- them here (resolve_dependents, lib.lua: their hashes, dep:<id>, blocked,
+-- delayed, w:/wt:, done:cancelled, n:<queue>, and wake-ups for those released).
 -- Returns {requeued jobs}, {failed jobs}, {cancelled jobs}, each job {field, value...}.
 local now = now_time()
 local nowtext = fmt(now)
@@ -11,10 +14,11 @@ local max_stalled = tonumber(ARGV[2])
 local requeued, failed, cancelled = {}, {}, {}
 local counts = {}
 local woken = {}
+local finished = {}  -- jobs made terminal that have dependents
 local stalled = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now), 'LIMIT', 0, 1000)
 for _, id in ipairs(stalled) do
   local key = jkey(id)
-  local f = redis.call('HMGET', key, 'cr', 'a', 'ma', 'st', 'q', 't', 'pr', 'ra', 'ttl', 's')
+  local f = redis.call('HMGET', key, 'cr', 'a', 'ma', 'st', 'q', 't', 'pr', 'ra', 'ttl', 's', 'dn')
   if f[10] == 'active' then
     local attempts = tonumber(f[2]) or 0
     local stalls = (tonumber(f[4]) or 0) + 1
@@ -28,11 +32,13 @@ for _, id in ipairs(stalled) do
       redis.call('ZADD', donekey('cancelled'), now, id)
       bump(counts, q, 'active', 'cancelled')
       cancelled[#cancelled + 1] = job_row(id)
+      if f[11] == '1' then finished[#finished + 1] = id end
     elseif attempts >= tonumber(f[3]) or stalls > max_stalled then
       redis.call('HSET', key, 's', 'failed', 'fr', 'stalled', 'fa', nowtext)
       redis.call('ZADD', donekey('failed'), now, id)
       bump(counts, q, 'active', 'failed')
       failed[#failed + 1] = job_row(id)
+      if f[11] == '1' then finished[#finished + 1] = id end
     else
       local ex = nil
       local ttl = tonumber(f[9])
@@ -50,6 +56,9 @@ for _, id in ipairs(stalled) do
   end
 end
 call_many('ZREM', KEYS[1], stalled)
+local timer = false
+if #finished > 0 then timer = resolve_dependents(finished, now, counts, woken) end
 flush(counts)
 for q, _ in pairs(woken) do redis.call('PUBLISH', KEYS[3], 'q:' .. q) end
+if timer then redis.call('PUBLISH', KEYS[3], 't:') end
 return {requeued, failed, cancelled}

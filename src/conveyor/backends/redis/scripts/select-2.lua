@@ -5,7 +5,8 @@
 -- ARGV[1] key prefix; ARGV[2] mode: list|count|purge; ARGV[3] offset; ARGV[4] limit
 -- ARGV[5] states, comma-separated|'' (any); ARGV[6] queue|''; ARGV[7] task|'';
 -- ARGV[8] tenant|''; ARGV[9] failure reason|''; ARGV[10] idempotency key|'';
--- ARGV[11] finished before|''
+-- ARGV[11] finished before|''; ARGV[12] workflow id|''
+-- Blocked jobs are read from the `blocked` index.
 -- Returns list: {{field, value...}...}; count and purge: a number.
 local mode, offset, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local states = nil
@@ -15,8 +16,9 @@ if ARGV[5] ~= '' then
 end
 local fq, ft, ftn, ffr, fik = ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local fbefore = tonumber(ARGV[11])
+local fwf = ARGV[12]
 if mode == 'list' and limit <= 0 then return {} end
-local plain = ft == '' and ftn == '' and ffr == '' and fik == '' and not fbefore
+local plain = ft == '' and ftn == '' and ffr == '' and fik == '' and not fbefore and fwf == ''
 
 -- Counting by state and queue only: the per-queue counters answer it.
 if mode == 'count' and plain then
@@ -51,6 +53,7 @@ if states then
       local index = nil
       if s == 'delayed' then index = PFX .. 'delayed'
       elseif s == 'active' then index = PFX .. 'active'
+      elseif s == 'blocked' then index = K_BLOCKED
       elseif TERMINAL[s] then index = donekey(s) end
       if index then
         for _, id in ipairs(redis.call('ZRANGE', index, 0, -1)) do ids[#ids + 1] = id end
@@ -87,7 +90,7 @@ local batch = next_ids()
 while #batch > 0 and not done do
 for _, id in ipairs(batch) do
   local key = jkey(id)
-  local f = redis.call('HMGET', key, 's', 'q', 't', 'tn', 'fr', 'ik', 'fa')
+  local f = redis.call('HMGET', key, 's', 'q', 't', 'tn', 'fr', 'ik', 'fa', 'wf')
   local ok = f[1] ~= false
     and (not states or states[f[1]])
     and (fq == '' or f[2] == fq)
@@ -96,6 +99,7 @@ for _, id in ipairs(batch) do
     and (ffr == '' or f[5] == ffr)
     and (fik == '' or f[6] == fik)
     and (not fbefore or (f[7] and tonumber(f[7]) < fbefore))
+    and (fwf == '' or f[8] == fwf)
   if ok then
     if mode == 'list' then
       matched = matched + 1

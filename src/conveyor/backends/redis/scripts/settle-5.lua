@@ -12,6 +12,10 @@
 --   job id, lease token, outcome (complete|retry|fail|cancel|release), task,
 --     result|'', error JSON|'', failure reason|'', retry delay,
 --     circuit threshold|'' (no circuit), circuit open_for, progress|'' (11)
+-- A job that ends completed, failed or cancelled and has dependents (flag dn,
+-- read with its other fields) resolves them here (resolve_dependents, lib.lua:
+-- their hashes, dep:<id>, blocked, delayed, expiring, w:/wt:, done:cancelled,
+-- n:<queue>, and wake-ups for those released).
 -- Returns {refused ids}, {ids a pending cancel ended}, {{task, state,
 -- failures, open_until|''} per circuit change}.
 local now = now_time()
@@ -22,6 +26,7 @@ local counts = {}
 local woken = {}
 local timer = false
 local left_active, completed = {}, {}
+local finished = {}  -- jobs made terminal that have dependents
 -- Tasks whose circuit a success of this batch left closed with no failures:
 -- later successes would change nothing (most batches are all successes).
 local clean = {}
@@ -71,7 +76,7 @@ end
 local function settle(b)
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local key = jkey(id)
-  local f = redis.call('HMGET', key, 's', 'lt', 'cr', 'q', 't', 'pr', 'ra', 'ttl', 'a')
+  local f = redis.call('HMGET', key, 's', 'lt', 'cr', 'q', 't', 'pr', 'ra', 'ttl', 'a', 'dn')
   if f[1] ~= 'active' or f[2] ~= token then
     refused[#refused + 1] = id
     return
@@ -122,6 +127,9 @@ local function settle(b)
     bump(counts, q, 'active', 'waiting')
     woken[q] = true
   end
+  if f[10] == '1' and final ~= 'retry' and final ~= 'release' then
+    finished[#finished + 1] = id
+  end
   -- The circuit counts the run as the worker reported it.
   if ARGV[b + 9] ~= '' and (outcome == 'complete' or outcome == 'retry' or outcome == 'fail') then
     count_run(t, tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10]), outcome == 'complete')
@@ -134,11 +142,12 @@ for _ = 1, n do
   if kind == 'c' or kind == 'c+' then
     local id = ARGV[b + 1]
     local key = jkey(id)
-    local f = redis.call('HMGET', key, 's', 'lt', 'q', 't')
+    local f = redis.call('HMGET', key, 's', 'lt', 'q', 't', 'dn')
     if f[1] ~= 'active' or f[2] ~= ARGV[b + 2] then
       refused[#refused + 1] = id
     else
       complete(key, id, f[3], '')
+      if f[5] == '1' then finished[#finished + 1] = id end
       if kind == 'c+' then count_run(f[4], 0, 0, true) end
     end
     b = b + 3
@@ -149,6 +158,9 @@ for _ = 1, n do
 end
 call_many('ZREM', KEYS[1], left_active)
 call_many('ZADD', donekey('completed'), completed)
+if #finished > 0 then
+  timer = resolve_dependents(finished, now, counts, woken) or timer
+end
 flush(counts)
 for q, _ in pairs(woken) do redis.call('PUBLISH', KEYS[5], 'q:' .. q) end
 if timer then redis.call('PUBLISH', KEYS[5], 't:') end

@@ -61,9 +61,11 @@ async def test_queue_counts_cover_every_state(backend: Backend) -> None:
     cancelled = await enqueue_one(backend, queue="q")
     await backend.cancel_job(cancelled.id)
     await backend.configure_queue("empty", max_size=None, ttl=None)
+    await enqueue(backend, new_job(queue="q", depends_on=[c.id]))
 
     counts = await backend.queue_counts()
     assert counts["q"] == {
+        "blocked": 1,
         "waiting": 1,
         "delayed": 1,
         "active": 2,

@@ -1,0 +1,770 @@
+-- conveyor PostgreSQL schema, version 3: dependencies between jobs.
+--
+-- A job may depend on others (depends_on, in the order given): it is stored
+-- 'blocked' until they finish. on_dependency_failure is NULL (cancel: the job
+-- is cancelled, failure reason dependency_failed, when a dependency fails or is
+-- cancelled) or 'run' (it runs anyway once all finished). A job some blocked
+-- job waits on has has_dependents set, and job_dependencies holds one row per
+-- (unfinished dependency, blocked job): whatever makes a flagged job terminal
+-- (settle, the claim's TTL expiry, cancel, stall recovery) calls
+-- resolve_dependents in the same transaction; plain jobs never look.
+ALTER TABLE __schema__.jobs
+    DROP CONSTRAINT jobs_state_check,
+    ADD CONSTRAINT jobs_state_check
+        CHECK (state IN ('blocked', 'waiting', 'delayed', 'active', 'completed', 'failed', 'cancelled')),
+    ADD COLUMN depends_on text[],
+    ADD COLUMN on_dependency_failure text,
+    ADD COLUMN workflow_id text,
+    ADD COLUMN has_dependents boolean NOT NULL DEFAULT false;
+
+-- Blocked jobs: by id (a lookup of "this job, if blocked" stays a lookup by
+-- key whichever index the planner takes) and per queue (counts, index-only).
+CREATE INDEX jobs_blocked ON __schema__.jobs (id) INCLUDE (queue) WHERE state = 'blocked';
+-- The jobs of a workflow.
+CREATE INDEX jobs_workflow ON __schema__.jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
+
+-- Which blocked jobs wait on a job: a row per (unfinished dependency, blocked
+-- job), deleted once that dependency has finished and been resolved.
+CREATE TABLE __schema__.job_dependencies (
+    depends_on text COLLATE "C" NOT NULL,
+    job_id     text COLLATE "C" NOT NULL,
+    PRIMARY KEY (depends_on, job_id)
+);
+
+
+-- resolve_dependents: p_finished just became terminal in this transaction
+-- (the callers pass only jobs flagged has_dependents). First the blocked jobs
+-- with policy cancel that depend on a failed or cancelled one are cancelled
+-- (dependency_failed), transitively, in one statement (a recursive query, so
+-- a chain of any length costs no recursion depth); then each blocked job
+-- waiting on a finished or newly cancelled job is released to waiting (delayed
+-- while its run_at is ahead; its TTL counts from now) once every dependency is
+-- satisfied: completed or gone (only finished jobs are deleted), or finished
+-- at all under policy 'run'. Candidates are locked in id order before their
+-- dependencies are read, in a later statement: of concurrent completions of a
+-- join's last dependencies, the last to lock it sees the others committed, so
+-- it is released exactly once. Returns (and notifies) the released jobs' queues.
+CREATE FUNCTION __schema__.resolve_dependents(p_finished text[]) RETURNS SETOF text
+LANGUAGE plpgsql STRICT
+-- Every statement here follows keys from a few rows: by index, whatever the
+-- table statistics say (a hash join would scan job_dependencies once per level
+-- of a chain). No JIT: those settings' cost penalties would trigger it.
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET jit = off
+AS $$
+DECLARE
+    v_now float8 := extract(epoch FROM clock_timestamp())::float8;
+    v_done text[];
+    v_candidates text[];
+BEGIN
+    IF cardinality(p_finished) = 0 THEN
+        RETURN;
+    END IF;
+    WITH RECURSIVE doomed(id) AS (
+        SELECT f.id FROM __schema__.jobs AS f
+        WHERE f.id = ANY (p_finished) AND f.state IN ('failed', 'cancelled')
+        UNION
+        -- From each job of the level before, its dependents by key: OFFSET 0
+        -- keeps both lookups inside the loop (and the filter outside them),
+        -- whatever the row estimates of a fast-changing table say.
+        SELECT n.id FROM doomed
+        CROSS JOIN LATERAL (SELECT e.job_id AS id FROM __schema__.job_dependencies AS e
+                            WHERE e.depends_on = doomed.id OFFSET 0) AS n
+        CROSS JOIN LATERAL (SELECT d.state, d.on_dependency_failure FROM __schema__.jobs AS d
+                            WHERE d.id = n.id OFFSET 0) AS d
+        WHERE d.state = 'blocked' AND d.on_dependency_failure IS NULL
+    ), cancelled AS (
+        UPDATE __schema__.jobs AS j
+        SET state = 'cancelled', failure_reason = 'dependency_failed', finished_at = v_now
+        WHERE j.id IN (SELECT x.id FROM __schema__.jobs AS x
+                       WHERE x.id = ANY (ARRAY(SELECT doomed.id FROM doomed))
+                         AND x.state = 'blocked'
+                       ORDER BY x.id
+                       FOR NO KEY UPDATE)
+        RETURNING j.id
+    )
+    SELECT p_finished || coalesce(array_agg(cancelled.id), '{}') INTO v_done FROM cancelled;
+
+    WITH edges AS (
+        DELETE FROM __schema__.job_dependencies AS e WHERE e.depends_on = ANY (v_done)
+        RETURNING e.job_id
+    )
+    SELECT array_agg(DISTINCT edges.job_id) INTO v_candidates FROM edges;
+    v_candidates := ARRAY(
+        SELECT j.id FROM __schema__.jobs AS j
+        WHERE j.id = ANY (v_candidates) AND j.state = 'blocked'
+        ORDER BY j.id
+        FOR NO KEY UPDATE);
+    IF cardinality(v_candidates) = 0 THEN
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    WITH released AS (
+        UPDATE __schema__.jobs AS j SET
+            state = CASE WHEN j.run_at > v_now THEN 'delayed' ELSE 'waiting' END,
+            run_at = greatest(j.run_at, v_now),
+            expires_at = greatest(j.run_at, v_now) + j.ttl
+        WHERE j.id = ANY (v_candidates) AND j.state = 'blocked'
+          AND NOT EXISTS (
+              SELECT 1 FROM unnest(j.depends_on) AS u(id)
+              JOIN __schema__.jobs AS p ON p.id = u.id
+              WHERE p.state <> 'completed'
+                AND (j.on_dependency_failure IS NULL
+                     OR p.state NOT IN ('failed', 'cancelled')))
+        RETURNING j.queue
+    ), woken AS (
+        SELECT DISTINCT released.queue FROM released
+    )
+    SELECT woken.queue FROM woken, pg_notify('__channel__', woken.queue);
+END;
+$$;
+
+
+DROP FUNCTION __schema__.enqueue(
+    text[], text[], text[], bytea[], integer[], integer[], float8[], float8[], float8[],
+    float8[], text[], float8[], text[], bytea[], text[]
+);
+
+-- enqueue: insert a batch atomically (arrays, one element per job; a NULL
+-- array means "none for every job"). Returns one 'now' row (the server clock
+-- the batch was stamped with), a 'ttl' row per queue of the batch that has a
+-- TTL, and a 'dup' row per job whose idempotency key is live (out_ord = its
+-- 1-based position; the key's job id, task, queue and final state). Keys are
+-- taken with INSERT .. ON CONFLICT, so concurrent batches with one key make
+-- exactly one job. A queue over its max_size raises SQLSTATE CVQFL (detail:
+-- the queue, hint: max_size) and the whole batch rolls back.
+--
+-- Dependencies (version 3): p_dep_of, p_dep_ids and p_dep_pos hold one element
+-- per (job, dependency), grouped by job in batch order: the job's 1-based
+-- position, the dependency's id, and the dependency's position when it is an
+-- earlier job of the batch (else NULL: a stored job). Stored dependencies are
+-- locked, so none finishes unseen before the batch commits; an unknown one
+-- raises SQLSTATE CVDEP (detail: its id) and nothing is stored. A job with
+-- dependencies is stored blocked, or cancelled (dependency_failed) when one
+-- failed or was cancelled under policy cancel (p_policies NULL: cancel), or as
+-- usual; a 'state' row (out_ord, out_state) reports each job not stored as usual.
+CREATE FUNCTION __schema__.enqueue(
+    p_ids text[], p_tasks text[], p_queues text[], p_payloads bytea[], p_priorities integer[],
+    p_max_attempts integer[], p_timeouts float8[], p_delays float8[], p_run_ats float8[],
+    p_ttls float8[], p_keys text[], p_key_ttls float8[], p_tenants text[], p_metadata bytea[],
+    p_retry_of text[], p_policies text[], p_workflows text[],
+    p_dep_of integer[], p_dep_ids text[], p_dep_pos integer[]
+) RETURNS TABLE (out_kind text, out_ord integer, out_id text, out_task text, out_queue text,
+                 out_state text, out_value float8)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now float8 := extract(epoch FROM clock_timestamp())::float8;
+    v_won text[] := '{}';
+    v_dups integer[] := '{}';
+    v_pending bigint;
+    -- Per job position: its state when not the usual one ('blocked',
+    -- 'cancelled'), whether a blocked job of the batch waits on it, and its
+    -- depends_on as a slice of p_dep_ids.
+    v_states text[] := '{}';
+    v_parent boolean[] := '{}';
+    v_first integer[] := '{}';
+    v_last integer[] := '{}';
+    v_stored jsonb;
+    v_dep_state text;
+    v_flag text[] := '{}';
+    v_edge_deps text[] := '{}';
+    v_edge_jobs text[] := '{}';
+    v_ord integer;
+    v_pos integer;
+    i integer;
+    r record;
+BEGIN
+    out_kind := 'now';
+    out_value := v_now;
+    RETURN NEXT;
+    RETURN QUERY
+        SELECT 'ttl'::text, NULL::integer, NULL::text, NULL::text, q.name::text, NULL::text, q.ttl
+        FROM __schema__.queues AS q
+        WHERE q.name = ANY (p_queues) AND q.ttl IS NOT NULL;
+
+    IF p_keys IS NOT NULL THEN
+        WITH k AS (
+            SELECT * FROM unnest(p_keys, p_ids, p_tasks, p_queues, p_key_ttls)
+                AS k(key, id, task, queue, ttl)
+            WHERE k.key IS NOT NULL
+        ), won AS (
+            INSERT INTO __schema__.idempotency_keys AS ik (key, job_id, task, queue, final_state, expires_at)
+            SELECT k.key, k.id, k.task, k.queue, NULL, v_now + coalesce(k.ttl, 86400.0)
+            FROM k
+            ORDER BY k.key
+            ON CONFLICT (key) DO UPDATE SET
+                job_id = excluded.job_id, task = excluded.task, queue = excluded.queue,
+                final_state = NULL, expires_at = excluded.expires_at
+            WHERE ik.expires_at <= v_now
+            RETURNING ik.key
+        )
+        SELECT coalesce(array_agg(won.key), '{}') INTO v_won FROM won;
+
+        FOR r IN
+            SELECT k.ord::integer AS ord, ik.job_id, ik.task, ik.queue, ik.final_state
+            FROM unnest(p_keys) WITH ORDINALITY AS k(key, ord)
+            JOIN __schema__.idempotency_keys AS ik ON ik.key = k.key
+            WHERE k.key IS NOT NULL AND k.key <> ALL (v_won)
+        LOOP
+            v_dups := v_dups || r.ord;
+            out_kind := 'dup';
+            out_ord := r.ord;
+            out_id := r.job_id;
+            out_task := r.task;
+            out_queue := r.queue;
+            out_state := r.final_state;
+            out_value := NULL;
+            RETURN NEXT;
+        END LOOP;
+    END IF;
+
+    -- Backpressure: one batch at a time per bounded queue (an advisory lock),
+    -- so two producers cannot both take the last free place.
+    FOR r IN
+        SELECT q.name, q.max_size, count(*) AS n
+        FROM unnest(p_queues) WITH ORDINALITY AS b(queue, ord)
+        JOIN __schema__.queues AS q ON q.name = b.queue
+        WHERE q.max_size IS NOT NULL AND b.ord <> ALL (v_dups)
+        GROUP BY q.name, q.max_size
+        ORDER BY q.name
+    LOOP
+        PERFORM pg_advisory_xact_lock(hashtextextended('__channel__/queue/' || r.name, 0));
+        SELECT count(*) INTO v_pending FROM __schema__.jobs AS j
+        WHERE j.state IN ('waiting', 'delayed') AND j.queue = r.name;
+        IF v_pending + r.n > r.max_size THEN
+            RAISE EXCEPTION 'queue % is full (max_size=%)', r.name, r.max_size
+                USING ERRCODE = 'CVQFL', DETAIL = r.name, HINT = r.max_size::text;
+        END IF;
+    END LOOP;
+
+    IF p_dep_ids IS NOT NULL THEN
+        -- Stored dependencies, locked (running ones before blocked ones, each
+        -- in id order, as a settle that releases blocked jobs locks them): a
+        -- settle of one waits for this batch and then finds has_dependents set.
+        SELECT coalesce(jsonb_object_agg(s.id, s.state), '{}') INTO v_stored
+        FROM (SELECT j.id, j.state FROM __schema__.jobs AS j
+              WHERE j.id IN (SELECT d.id FROM unnest(p_dep_ids, p_dep_pos) AS d(id, pos)
+                             WHERE d.pos IS NULL OR d.pos = ANY (v_dups))
+              ORDER BY j.state = 'blocked', j.id
+              FOR NO KEY UPDATE) AS s;
+        v_states := array_fill(NULL::text, ARRAY[cardinality(p_ids)]);
+        v_parent := array_fill(false, ARRAY[cardinality(p_ids)]);
+        v_first := array_fill(NULL::integer, ARRAY[cardinality(p_ids)]);
+        v_last := v_first;
+        -- Each job's state. Dependencies point back only and come grouped by
+        -- job, so an earlier job's state is final when a later one reads it.
+        FOR i IN 1 .. cardinality(p_dep_ids) LOOP
+            v_ord := p_dep_of[i];
+            CONTINUE WHEN v_ord = ANY (v_dups);  -- not stored: its key's job stands
+            v_pos := p_dep_pos[i];
+            v_first[v_ord] := coalesce(v_first[v_ord], i);
+            v_last[v_ord] := i;
+            IF v_pos IS NOT NULL AND v_pos <> ALL (v_dups) THEN
+                v_dep_state := coalesce(v_states[v_pos], 'waiting');
+            ELSE
+                v_dep_state := v_stored ->> p_dep_ids[i];
+                IF v_dep_state IS NULL THEN
+                    RAISE EXCEPTION 'job % depends on %, which does not exist',
+                        p_ids[v_ord], p_dep_ids[i]
+                        USING ERRCODE = 'CVDEP', DETAIL = p_dep_ids[i];
+                END IF;
+            END IF;
+            IF v_dep_state IN ('failed', 'cancelled') THEN
+                IF p_policies[v_ord] IS DISTINCT FROM 'run' THEN
+                    v_states[v_ord] := 'cancelled';
+                END IF;
+            ELSIF v_dep_state <> 'completed' AND v_states[v_ord] IS NULL THEN
+                v_states[v_ord] := 'blocked';
+            END IF;
+        END LOOP;
+        -- Blocked jobs wait on their unfinished dependencies: an edge each, and
+        -- the dependency flagged (has_dependents) so that finishing it looks.
+        FOR i IN 1 .. cardinality(p_dep_ids) LOOP
+            v_ord := p_dep_of[i];
+            CONTINUE WHEN v_states[v_ord] IS DISTINCT FROM 'blocked';
+            v_pos := p_dep_pos[i];
+            IF v_pos IS NOT NULL AND v_pos <> ALL (v_dups) THEN
+                CONTINUE WHEN v_states[v_pos] = 'cancelled';
+                v_parent[v_pos] := true;
+            ELSE
+                CONTINUE WHEN v_stored ->> p_dep_ids[i] IN ('completed', 'failed', 'cancelled');
+                v_flag := v_flag || p_dep_ids[i];
+            END IF;
+            v_edge_deps := v_edge_deps || p_dep_ids[i];
+            v_edge_jobs := v_edge_jobs || p_ids[v_ord];
+        END LOOP;
+        UPDATE __schema__.jobs AS j SET has_dependents = true
+        WHERE j.id = ANY (v_flag) AND NOT j.has_dependents;
+        INSERT INTO __schema__.job_dependencies (depends_on, job_id)
+        SELECT DISTINCT e.dep, e.job FROM unnest(v_edge_deps, v_edge_jobs) AS e(dep, job)
+        ON CONFLICT DO NOTHING;
+        RETURN QUERY
+            SELECT 'state'::text, s.ord::integer, NULL::text, NULL::text, NULL::text, s.state,
+                   NULL::float8
+            FROM unnest(v_states) WITH ORDINALITY AS s(state, ord)
+            WHERE s.state IS NOT NULL;
+    END IF;
+
+    INSERT INTO __schema__.jobs (id, task, queue, state, priority, max_attempts, timeout, ttl,
+                                 run_at, created_at, finished_at, expires_at, failure_reason,
+                                 idempotency_key, tenant, retry_of, payload, metadata,
+                                 depends_on, on_dependency_failure, workflow_id, has_dependents)
+    SELECT b.id, b.task, b.queue,
+           CASE WHEN v_states[b.ord] IS NOT NULL THEN v_states[b.ord]
+                WHEN b.run_at > v_now THEN 'delayed' ELSE 'waiting' END,
+           b.priority, b.max_attempts, b.timeout, b.ttl, b.run_at, v_now,
+           CASE WHEN v_states[b.ord] = 'cancelled' THEN v_now END, b.run_at + b.ttl,
+           CASE WHEN v_states[b.ord] = 'cancelled' THEN 'dependency_failed' END,
+           b.key, b.tenant, b.retry_of, b.payload, b.metadata,
+           p_dep_ids[v_first[b.ord]:v_last[b.ord]], b.policy, b.workflow,
+           coalesce(v_parent[b.ord], false)
+    FROM (
+        SELECT x.id, x.task, x.queue, x.priority, x.max_attempts, x.timeout,
+               least(x.ttl, q.ttl) AS ttl,
+               coalesce(x.run_at, v_now + coalesce(x.delay, 0.0)) AS run_at,
+               x.key, x.tenant, x.retry_of, x.payload, x.metadata, x.policy, x.workflow,
+               x.ord::integer AS ord
+        FROM unnest(p_ids, p_tasks, p_queues, p_payloads, p_priorities, p_max_attempts,
+                    p_timeouts, p_delays, p_run_ats, p_ttls, p_keys, p_tenants, p_metadata,
+                    p_retry_of, p_policies, p_workflows)
+             WITH ORDINALITY AS x(id, task, queue, payload, priority, max_attempts, timeout,
+                                  delay, run_at, ttl, key, tenant, metadata, retry_of, policy,
+                                  workflow, ord)
+        LEFT JOIN __schema__.queues AS q ON q.name = x.queue
+    ) AS b
+    WHERE cardinality(v_dups) = 0 OR b.ord <> ALL (v_dups);
+
+    -- One notification per queue per batch, delivered when the caller commits.
+    PERFORM pg_notify('__channel__', q.queue)
+    FROM (SELECT DISTINCT u.queue FROM unnest(p_queues) AS u(queue)) AS q;
+END;
+$$;
+
+
+-- claim: promote due delayed jobs, expire TTL'd waiting ones, then claim up to
+-- p_limit waiting jobs of the un-paused p_queues (priority DESC, run_at, id),
+-- skipping open circuits (one trial job per circuit whose open period passed),
+-- honouring per-task caps (p_cap_tasks/p_caps) and sliding-window rate limits
+-- (p_rate_*). Returns the expired jobs (state failed) and the claimed ones
+-- (state active). Every row it takes is locked FOR UPDATE SKIP LOCKED, so
+-- concurrent claimers never wait on each other nor take the same job.
+-- Version 3: an expired job others depend on resolves its blocked dependents.
+CREATE OR REPLACE FUNCTION __schema__.claim(
+    p_queues text[], p_limit integer, p_lease float8, p_worker text, p_token text,
+    p_cap_tasks text[], p_caps integer[],
+    p_rate_tasks text[], p_rate_limits integer[], p_rate_periods float8[],
+    p_circuits boolean
+) RETURNS SETOF __schema__.jobs
+LANGUAGE plpgsql
+-- Plans are cached per session and soon generic (parameters unknown). For a
+-- generic plan the planner cannot tell how many waiting jobs a queue has, and
+-- may pick a sequential scan and a sort: with these two settings the claim
+-- always walks jobs_claim in order and stops after the batch, so its cost does
+-- not grow with the backlog. No JIT: the penalty those settings add to a scan
+-- of the (tiny) circuits table would otherwise trigger 30 ms of compilation.
+-- force_generic_plan (version 2): otherwise the plan cache may keep choosing a
+-- custom plan, planning the candidate query anew on every call (~0.3 ms).
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    -- When the claim arrived: time spent waiting for the CPU or planning does
+    -- not make more jobs due than were due when the worker asked.
+    v_now float8 := extract(epoch FROM statement_timestamp())::float8;
+    v_nonclosed text[] := '{}';
+    v_blocked text[] := '{}';
+    v_trials text[] := '{}';
+    v_cap_tasks text[] := '{}';
+    v_caps integer[] := '{}';
+    v_taken integer[];
+    v_excluded text[];
+    v_ids text[] := '{}';
+    v_tasks text[] := '{}';
+    v_slow boolean := false;
+    v_remaining integer;
+    v_asked integer;
+    v_seen integer;
+    v_skipped boolean;
+    v_used bigint;
+    v_allowed integer;
+    v_task text;
+    i integer;
+    k integer;
+    r record;
+BEGIN
+    UPDATE __schema__.jobs SET state = 'waiting'
+    WHERE id IN (SELECT d.id FROM __schema__.jobs AS d
+                 WHERE d.state = 'delayed' AND d.run_at <= v_now
+                 FOR UPDATE SKIP LOCKED);
+
+    RETURN QUERY
+    WITH e AS (
+        UPDATE __schema__.jobs AS j SET
+            state = 'failed',
+            failure_reason = 'expired',
+            finished_at = v_now,
+            errors = (CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors ELSE '[]'::jsonb END)
+                || jsonb_build_array(jsonb_build_object(
+                    'type', 'Expired', 'message', 'queue TTL expired', 'traceback', '',
+                    'attempt', j.attempts, 'reason', 'expired', 'at', v_now))
+        WHERE j.id IN (SELECT x.id FROM __schema__.jobs AS x
+                       WHERE x.state = 'waiting' AND x.expires_at <= v_now
+                       FOR UPDATE SKIP LOCKED)
+        RETURNING j.*
+    )
+    SELECT * FROM e;
+    IF FOUND THEN
+        -- The expired jobs are finished: their blocked dependents move on.
+        PERFORM __schema__.resolve_dependents(ARRAY(
+            SELECT j.id FROM __schema__.jobs AS j
+            WHERE j.state = 'failed' AND j.finished_at = v_now AND j.has_dependents
+              AND j.failure_reason = 'expired'));
+    END IF;
+
+    IF p_limit <= 0 OR coalesce(cardinality(p_queues), 0) = 0 THEN
+        RETURN;
+    END IF;
+
+    -- Circuits: an open one blocks its task; one whose open period passed
+    -- admits one trial job, if this claim holds its row (another claimer
+    -- holding it is taking the trial: blocked here).
+    IF p_circuits THEN
+        SELECT coalesce(array_agg(c.task), '{}') INTO v_nonclosed
+        FROM __schema__.circuits AS c WHERE c.state <> 'closed';
+        IF cardinality(v_nonclosed) > 0 THEN
+            SELECT coalesce(array_agg(t.task), '{}') INTO v_trials FROM (
+                SELECT c.task FROM __schema__.circuits AS c
+                WHERE c.state <> 'closed' AND (c.open_until IS NULL OR c.open_until <= v_now)
+                FOR UPDATE SKIP LOCKED) AS t;
+            v_blocked := ARRAY(SELECT unnest(v_nonclosed) EXCEPT SELECT unnest(v_trials));
+        END IF;
+    END IF;
+
+    -- Per-task caps for this claim: the caller's, 1 per trial, what rate limits leave.
+    FOR i IN 1 .. coalesce(cardinality(p_cap_tasks), 0) LOOP
+        k := array_position(v_cap_tasks, p_cap_tasks[i]);
+        IF k IS NULL THEN
+            v_cap_tasks := v_cap_tasks || p_cap_tasks[i];
+            v_caps := v_caps || p_caps[i];
+        ELSE
+            v_caps[k] := least(v_caps[k], p_caps[i]);
+        END IF;
+    END LOOP;
+    FOREACH v_task IN ARRAY v_trials LOOP
+        k := array_position(v_cap_tasks, v_task);
+        IF k IS NULL THEN
+            v_cap_tasks := v_cap_tasks || v_task;
+            v_caps := v_caps || 1;
+        ELSE
+            v_caps[k] := least(v_caps[k], 1);
+        END IF;
+    END LOOP;
+    FOR i IN 1 .. coalesce(cardinality(p_rate_tasks), 0) LOOP
+        -- Claimers of one rate-limited task take turns (until commit).
+        PERFORM pg_advisory_xact_lock(hashtextextended('__channel__/rate/' || p_rate_tasks[i], 0));
+        DELETE FROM __schema__.rate_starts AS s
+        WHERE s.task = p_rate_tasks[i] AND s.at <= v_now - p_rate_periods[i];
+        SELECT coalesce(sum(s.n), 0) INTO v_used FROM __schema__.rate_starts AS s
+        WHERE s.task = p_rate_tasks[i] AND s.at > v_now - p_rate_periods[i];
+        v_allowed := p_rate_limits[i] - v_used;
+        k := array_position(v_cap_tasks, p_rate_tasks[i]);
+        IF k IS NULL THEN
+            v_cap_tasks := v_cap_tasks || p_rate_tasks[i];
+            v_caps := v_caps || v_allowed;
+        ELSE
+            v_caps[k] := least(v_caps[k], v_allowed);
+        END IF;
+    END LOOP;
+
+    v_excluded := v_blocked;
+    FOR i IN 1 .. cardinality(v_cap_tasks) LOOP
+        IF v_caps[i] <= 0 THEN
+            v_excluded := v_excluded || v_cap_tasks[i];
+        ELSIF v_caps[i] < p_limit THEN
+            v_slow := true;  -- a cap that can bind
+        END IF;
+    END LOOP;
+
+    IF NOT v_slow THEN
+        SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.task), '{}')
+        INTO v_ids, v_tasks
+        FROM (
+            SELECT c.id, c.task FROM unnest(p_queues) AS q(name)
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.task, j.priority, j.run_at FROM __schema__.jobs AS j
+                WHERE j.state = 'waiting' AND j.queue = q.name AND j.run_at <= v_now
+                  AND j.task <> ALL (v_excluded)
+                ORDER BY j.priority DESC, j.run_at, j.id
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED
+            ) AS c
+            WHERE NOT EXISTS (SELECT 1 FROM __schema__.queues AS pq
+                              WHERE pq.name = q.name AND pq.paused)
+            ORDER BY c.priority DESC, c.run_at, c.id
+            LIMIT p_limit
+        ) AS c;
+    ELSE
+        -- Candidates in claim order; a task that reaches its cap is excluded
+        -- and the query re-run, so it cannot starve the tasks behind it.
+        v_taken := array_fill(0, ARRAY[cardinality(v_cap_tasks)]);
+        v_remaining := p_limit;
+        LOOP
+            v_asked := v_remaining;
+            v_seen := 0;
+            v_skipped := false;
+            FOR r IN
+                SELECT c.id, c.task FROM unnest(p_queues) AS q(name)
+                CROSS JOIN LATERAL (
+                    SELECT j.id, j.task, j.priority, j.run_at FROM __schema__.jobs AS j
+                    WHERE j.state = 'waiting' AND j.queue = q.name AND j.run_at <= v_now
+                      AND j.task <> ALL (v_excluded) AND j.id <> ALL (v_ids)
+                    ORDER BY j.priority DESC, j.run_at, j.id
+                    LIMIT v_asked
+                    FOR UPDATE SKIP LOCKED
+                ) AS c
+                WHERE NOT EXISTS (SELECT 1 FROM __schema__.queues AS pq
+                                  WHERE pq.name = q.name AND pq.paused)
+                ORDER BY c.priority DESC, c.run_at, c.id
+                LIMIT v_asked
+            LOOP
+                v_seen := v_seen + 1;
+                k := array_position(v_cap_tasks, r.task);
+                IF k IS NOT NULL AND v_taken[k] >= v_caps[k] THEN
+                    v_skipped := true;
+                    CONTINUE;
+                END IF;
+                IF v_remaining <= 0 THEN
+                    EXIT;
+                END IF;
+                v_ids := v_ids || r.id;
+                v_tasks := v_tasks || r.task;
+                v_remaining := v_remaining - 1;
+                IF k IS NOT NULL THEN
+                    v_taken[k] := v_taken[k] + 1;
+                    IF v_taken[k] >= v_caps[k] THEN
+                        v_excluded := v_excluded || r.task;
+                    END IF;
+                END IF;
+            END LOOP;
+            EXIT WHEN v_remaining <= 0 OR NOT v_skipped OR v_seen < v_asked;
+        END LOOP;
+    END IF;
+
+    IF cardinality(v_ids) = 0 THEN
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE __schema__.jobs AS j SET
+            state = 'active',
+            attempts = j.attempts + 1,
+            lease_until = v_now + p_lease,
+            lease_token = p_token,
+            worker_id = p_worker,
+            started_at = v_now
+        WHERE j.id = ANY (v_ids)
+        RETURNING j.*
+    )
+    SELECT * FROM claimed;
+
+    IF coalesce(cardinality(p_rate_tasks), 0) > 0 THEN
+        INSERT INTO __schema__.rate_starts (task, at, n, period)
+        SELECT rt.task, v_now, count(*), rt.period
+        FROM unnest(v_tasks) AS t(task)
+        JOIN unnest(p_rate_tasks, p_rate_periods) AS rt(task, period) ON rt.task = t.task
+        GROUP BY rt.task, rt.period;
+    END IF;
+    IF cardinality(v_trials) > 0 THEN
+        UPDATE __schema__.circuits AS c
+        SET state = 'half_open', open_until = v_now + coalesce(c.open_for, 0)
+        WHERE c.task = ANY (v_trials) AND c.task = ANY (v_tasks);
+    END IF;
+END;
+$$;
+
+
+-- settle: apply each run's outcome to the job active under its lease token
+-- (ids are distinct: the caller refuses repeats), then count the runs that
+-- carry a circuit policy (p_thresholds not NULL) in their task's circuit, in
+-- batch order. A pending cancel wins over retry and release. Returns
+-- 'refused' (id), 'cancelled' (id: retry/release that ended cancelled),
+-- 'wake' (a queue that got a job back) and 'circuit' (task, new state,
+-- failures, open_until) rows; notifies the woken queues. Version 3: a job that
+-- ends with has_dependents resolves its blocked dependents (released ones'
+-- queues come back as 'wake' rows).
+CREATE OR REPLACE FUNCTION __schema__.settle(
+    p_ids text[], p_tokens text[], p_outcomes text[], p_results bytea[], p_reasons text[],
+    p_errors jsonb[], p_delays float8[], p_progress bytea[],
+    p_tasks text[], p_thresholds integer[], p_open_fors float8[]
+) RETURNS TABLE (out_kind text, out_name text, out_state text, out_failures integer,
+                 out_until float8)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now float8 := extract(epoch FROM clock_timestamp())::float8;
+    v_applied text[];
+    v_queues text[];
+    v_states text[];
+    v_outcomes text[];
+    v_finished text[];
+    v_failing text[];
+    v_state text;
+    v_failures integer;
+    r record;
+BEGIN
+    WITH s AS (
+        SELECT * FROM unnest(p_ids, p_tokens, p_outcomes, p_results, p_reasons, p_errors,
+                             p_delays, p_progress)
+            AS s(id, token, outcome, result, reason, error, delay, progress)
+    ), u AS (
+        UPDATE __schema__.jobs AS j SET
+            state = CASE
+                WHEN s.outcome IN ('retry', 'release') AND j.cancel_requested THEN 'cancelled'
+                WHEN s.outcome = 'complete' THEN 'completed'
+                WHEN s.outcome = 'retry' THEN 'delayed'
+                WHEN s.outcome = 'fail' THEN 'failed'
+                WHEN s.outcome = 'cancel' THEN 'cancelled'
+                ELSE 'waiting' END,
+            result = CASE WHEN s.outcome = 'complete' THEN coalesce(s.result, j.result)
+                          ELSE j.result END,
+            failure_reason = CASE WHEN s.outcome = 'fail' THEN coalesce(s.reason, 'error') END,
+            errors = CASE
+                WHEN s.error IS NULL OR s.outcome = 'complete' THEN j.errors
+                ELSE (CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors
+                           ELSE '[]'::jsonb END)
+                     || jsonb_build_array(CASE
+                            WHEN coalesce((s.error ->> 'at')::float8, 0) = 0
+                                THEN jsonb_set(s.error, '{at}', to_jsonb(v_now))
+                            ELSE s.error END) END,
+            run_at = CASE WHEN s.outcome = 'retry' AND NOT j.cancel_requested
+                          THEN v_now + s.delay ELSE j.run_at END,
+            attempts = CASE WHEN s.outcome = 'release' AND NOT j.cancel_requested
+                            THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+            finished_at = CASE WHEN s.outcome IN ('retry', 'release') AND NOT j.cancel_requested
+                               THEN NULL ELSE v_now END,
+            worker_id = CASE WHEN s.outcome IN ('retry', 'release') AND NOT j.cancel_requested
+                             THEN NULL ELSE j.worker_id END,
+            progress = coalesce(s.progress, j.progress),
+            expires_at = CASE
+                WHEN s.outcome = 'retry' AND NOT j.cancel_requested THEN v_now + s.delay + j.ttl
+                WHEN s.outcome = 'release' AND NOT j.cancel_requested THEN v_now + j.ttl
+                ELSE j.expires_at END,
+            lease_until = NULL,
+            lease_token = NULL
+        FROM s
+        WHERE j.id = s.id AND j.lease_token = s.token AND j.state = 'active'
+        RETURNING j.id, j.queue, j.state, s.outcome, j.has_dependents
+    )
+    SELECT coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.queue), '{}'),
+           coalesce(array_agg(u.state), '{}'), coalesce(array_agg(u.outcome), '{}'),
+           array_agg(u.id) FILTER (WHERE u.has_dependents
+                                   AND u.state IN ('completed', 'failed', 'cancelled'))
+    INTO v_applied, v_queues, v_states, v_outcomes, v_finished
+    FROM u;
+
+    IF cardinality(v_applied) < cardinality(p_ids) THEN
+        RETURN QUERY
+            SELECT 'refused'::text, x.id, NULL::text, NULL::integer, NULL::float8
+            FROM (SELECT unnest(p_ids) EXCEPT SELECT unnest(v_applied)) AS x(id);
+    END IF;
+    IF cardinality(v_applied) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+        SELECT 'cancelled'::text, a.id, NULL::text, NULL::integer, NULL::float8
+        FROM unnest(v_applied, v_states, v_outcomes) AS a(id, state, outcome)
+        WHERE a.outcome IN ('retry', 'release') AND a.state = 'cancelled';
+    FOR r IN
+        SELECT DISTINCT a.queue FROM unnest(v_queues, v_states) AS a(queue, state)
+        WHERE a.state IN ('waiting', 'delayed')
+    LOOP
+        PERFORM pg_notify('__channel__', r.queue);
+        out_kind := 'wake';
+        out_name := r.queue;
+        out_state := NULL;
+        out_failures := NULL;
+        out_until := NULL;
+        RETURN NEXT;
+    END LOOP;
+    IF v_finished IS NOT NULL THEN
+        RETURN QUERY
+            SELECT 'wake'::text, w.queue, NULL::text, NULL::integer, NULL::float8
+            FROM __schema__.resolve_dependents(v_finished) AS w(queue);
+    END IF;
+
+    IF p_thresholds IS NULL THEN
+        RETURN;
+    END IF;
+    -- Circuits. Successes on closed circuits without failures change nothing:
+    -- only touch (and lock, in task order) the rows when a failure is counted
+    -- or a circuit of the batch is not clean.
+    SELECT coalesce(array_agg(DISTINCT t.task), '{}') INTO v_failing
+    FROM unnest(p_ids, p_tasks, p_outcomes, p_thresholds) AS t(id, task, outcome, threshold)
+    JOIN unnest(v_applied) AS a(id) ON a.id = t.id
+    WHERE t.threshold IS NOT NULL AND t.outcome IN ('retry', 'fail');
+    IF cardinality(v_failing) = 0 AND NOT EXISTS (
+        SELECT 1 FROM __schema__.circuits AS c
+        WHERE c.task = ANY (p_tasks) AND (c.state <> 'closed' OR c.failures > 0)
+    ) THEN
+        RETURN;
+    END IF;
+    INSERT INTO __schema__.circuits (task)
+    SELECT f.task FROM unnest(v_failing) AS f(task) ORDER BY f.task
+    ON CONFLICT (task) DO NOTHING;
+    PERFORM 1 FROM __schema__.circuits AS c
+    WHERE c.task = ANY (p_tasks) ORDER BY c.task FOR UPDATE;
+
+    FOR r IN
+        SELECT t.task, t.outcome, t.threshold, t.open_for
+        FROM unnest(p_ids, p_tasks, p_outcomes, p_thresholds, p_open_fors)
+             WITH ORDINALITY AS t(id, task, outcome, threshold, open_for, ord)
+        JOIN unnest(v_applied) AS a(id) ON a.id = t.id
+        WHERE t.threshold IS NOT NULL
+        ORDER BY t.ord
+    LOOP
+        SELECT c.state, c.failures INTO v_state, v_failures
+        FROM __schema__.circuits AS c WHERE c.task = r.task;
+        IF NOT FOUND THEN
+            CONTINUE;  -- a success on a circuit that has no row: closed, no failures
+        END IF;
+        IF r.outcome = 'complete' THEN
+            IF v_state <> 'closed' THEN
+                UPDATE __schema__.circuits AS c
+                SET state = 'closed', failures = 0, open_until = NULL WHERE c.task = r.task;
+                out_kind := 'circuit';
+                out_name := r.task;
+                out_state := 'closed';
+                out_failures := 0;
+                out_until := NULL;
+                RETURN NEXT;
+            ELSIF v_failures > 0 THEN
+                UPDATE __schema__.circuits AS c SET failures = 0 WHERE c.task = r.task;
+            END IF;
+        ELSIF r.outcome IN ('retry', 'fail') THEN
+            v_failures := v_failures + 1;
+            IF v_state = 'half_open'
+               OR (v_state = 'closed' AND r.threshold > 0 AND v_failures >= r.threshold) THEN
+                UPDATE __schema__.circuits AS c
+                SET state = 'open', failures = v_failures, open_for = r.open_for,
+                    open_until = v_now + r.open_for
+                WHERE c.task = r.task;
+                out_kind := 'circuit';
+                out_name := r.task;
+                out_state := 'open';
+                out_failures := v_failures;
+                out_until := v_now + r.open_for;
+                RETURN NEXT;
+            ELSE
+                UPDATE __schema__.circuits AS c
+                SET failures = v_failures, open_for = r.open_for
+                WHERE c.task = r.task;
+            END IF;
+        END IF;
+    END LOOP;
+END;
+$$;

@@ -1,0 +1,153 @@
+"""Workflows run by a real worker: chains, groups, chords, depends_on, dependency
+results, failure policies, cancel, and the checks made before anything is stored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from worker_fixtures import Stack, running
+
+from conveyor import (
+    Conveyor,
+    FailureReason,
+    InvalidWorkflow,
+    JobFailed,
+    JobState,
+    Task,
+    WorkflowState,
+    chain,
+    chord,
+    group,
+)
+from conveyor.context import JobContext
+from conveyor.job import DependencyPolicy
+
+
+@dataclass
+class Tasks:
+    number: Task
+    total: Task
+    double: Task
+    boom: Task
+
+
+def arithmetic(stack: Stack) -> tuple[Conveyor, Tasks]:
+    app = stack.app()
+
+    @app.task("number")
+    async def number(ctx: JobContext, n: int) -> int:
+        return n
+
+    @app.task("total")
+    async def total(ctx: JobContext) -> int:
+        return sum(r for r in await ctx.dependency_results() if r is not None)
+
+    @app.task("double")
+    async def double(ctx: JobContext) -> int:
+        (before,) = await ctx.dependency_results()
+        return int(before) * 2
+
+    @app.task("boom")
+    async def boom(ctx: JobContext) -> None:
+        raise RuntimeError("boom")
+
+    return app, Tasks(number, total, double, boom)
+
+
+async def test_a_chain_passes_each_result_on(stack: Stack) -> None:
+    app, t = arithmetic(stack)
+    workflow = await app.start(chain(t.number.step(n=3), t.double.step(), t.double.step()))
+    assert [job.state for job in workflow.jobs] == [
+        JobState.WAITING,
+        JobState.BLOCKED,
+        JobState.BLOCKED,
+    ]
+    assert workflow.state is WorkflowState.RUNNING
+    async with running(app):
+        assert await workflow.wait(timeout=20) == 12
+    assert workflow.state is WorkflowState.COMPLETED
+    found = await app.get_workflow(workflow.id)
+    assert found is not None
+    assert [job.result for job in found.jobs] == [3, 6, 12]
+    assert all(job.workflow_id == workflow.id for job in found.jobs)
+
+
+async def test_a_chord_reads_every_result_of_its_group_in_order(stack: Stack) -> None:
+    app, t = arithmetic(stack)
+    members = [t.number.step(n=n) for n in range(1, 51)]
+    workflow = await app.start(chord(group(*members), t.total.step()))
+    assert len(workflow.jobs) == 51
+    async with running(app, concurrency=8):
+        assert await workflow.wait(timeout=30) == sum(range(1, 51))
+    callback = workflow.jobs[-1]
+    assert callback.depends_on == [job.id for job in workflow.jobs[:-1]]
+
+
+async def test_nesting_a_group_of_chains_into_a_chord(stack: Stack) -> None:
+    app, t = arithmetic(stack)
+    flow = chord(
+        [chain(t.number.step(n=1), t.double.step()), chain(t.number.step(n=5), t.double.step())],
+        t.total.step(),
+    )
+    workflow = await app.start(flow)
+    async with running(app):
+        assert await workflow.wait(timeout=20) == 12  # 2 + 10
+
+
+async def test_a_failed_step_cancels_what_waits_on_it(stack: Stack) -> None:
+    app, t = arithmetic(stack)
+    workflow = await app.start(
+        chord(group(t.number.step(n=1), app.step("boom", attempts=1)), t.total.step())
+    )
+    async with running(app):
+        with pytest.raises(JobFailed):
+            await workflow.wait(timeout=20)
+    assert workflow.state is WorkflowState.FAILED
+    callback = workflow.jobs[-1]
+    assert callback.state is JobState.CANCELLED
+    assert callback.failure_reason is FailureReason.DEPENDENCY_FAILED
+
+
+async def test_depends_on_with_policy_run(stack: Stack) -> None:
+    app, t = arithmetic(stack)
+    good = await t.number.enqueue(n=4)
+    bad = await app.enqueue("boom", attempts=1)
+    after = await app.enqueue(
+        "total", depends_on=[good, bad.id], on_dependency_failure=DependencyPolicy.RUN
+    )
+    assert after.state is JobState.BLOCKED
+    async with running(app):
+        done = await app.wait_for_job(after.id, timeout=20)
+    assert done.state is JobState.COMPLETED
+    assert done.result == 4  # the failed dependency's result reads as None
+
+
+async def test_cancel_stops_every_unfinished_step(stack: Stack) -> None:
+    app, t = arithmetic(stack)
+    workflow = await app.start(chain(t.number.step(n=1), t.double.step(), t.double.step()))
+    assert await workflow.cancel() == 3
+    assert workflow.state is WorkflowState.CANCELLED
+    assert all(job.failure_reason is None for job in workflow.jobs)
+
+
+async def test_bad_workflows_store_nothing(stack: Stack) -> None:
+    app, t = arithmetic(stack)
+    with pytest.raises(InvalidWorkflow, match="nosuch"):
+        await app.start(chain(t.number.step(n=1), app.step("nosuch")))
+    with pytest.raises(InvalidWorkflow, match="no-such-job"):
+        await app.start(chain(t.number.step(n=1), app.step("total", depends_on=["no-such-job"])))
+    with pytest.raises(InvalidWorkflow):
+        group()
+    with pytest.raises(ValueError, match="on_dependency_failure"):
+        await app.enqueue("total", depends_on=[], on_dependency_failure="sometimes")
+    with pytest.raises(TypeError, match="depends_on"):
+        await app.enqueue("total", depends_on="one-id")
+    assert await app.count_jobs() == 0
+
+
+async def test_start_sync_from_sync_code(stack: Stack) -> None:
+    app, t = arithmetic(stack)
+    workflow = app.start_sync(chain(t.number.step(n=2), t.double.step()))
+    assert len(workflow.jobs) == 2
+    assert workflow.jobs[1].depends_on == [workflow.jobs[0].id]
