@@ -11,17 +11,25 @@ of them imports the app.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from conveyor.backends.base import Backend, QueueInfo, ScheduleSpec, TransactionalEnqueue
+from conveyor.backends.base import (
+    Backend,
+    NewJob,
+    QueueInfo,
+    ScheduleSpec,
+    TransactionalEnqueue,
+)
 from conveyor.backends.registry import backend_from_url
 from conveyor.errors import ConfigurationError, JobNotFound
 from conveyor.events import EventBus
 from conveyor.ids import new_ids
 from conveyor.producer import JobBuilder
 from conveyor.retry import Backoff
+from conveyor.tracing import ProducerTracing, producer_tracing
 
 if TYPE_CHECKING:
     from conveyor.job import Job
@@ -96,6 +104,8 @@ class Runtime:
         self._open_lock: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._portal: Portal | None = None
+        # Decided when the backend opens (app start), not per enqueue.
+        self._tracing: ProducerTracing | None = None
 
     def twin(self) -> Runtime:
         """A runtime with these settings, tasks, queues and schedules for another
@@ -132,6 +142,7 @@ class Runtime:
                 for info in self.queues.values():
                     await backend.configure_queue(info.name, info.max_size, info.ttl)
                 self._loop = asyncio.get_running_loop()
+                self._tracing = producer_tracing()
                 self._opened = True
         return self.backend
 
@@ -174,16 +185,17 @@ class Runtime:
         if not new_jobs:
             return []
         backend = await self.connect()
-        if connection is None:
-            jobs = await backend.enqueue_jobs(new_jobs)
-        elif isinstance(backend, TransactionalEnqueue):
-            jobs = await backend.enqueue_jobs_on(connection, new_jobs)
+        tracing = self._tracing
+        if tracing is None:
+            jobs = await self._store_new(backend, new_jobs, connection)
         else:
-            raise ConfigurationError(
-                f"connection: enqueue inside your own transaction needs the PostgreSQL "
-                f"backend; {type(backend).__name__} ({self.settings.url}) has no "
-                f"transactions to join"
-            )
+            spans = tracing.start(new_jobs)
+            try:
+                jobs = await self._store_new(backend, new_jobs, connection)
+            except BaseException as exc:
+                tracing.fail(spans, exc)
+                raise
+            tracing.end(spans, jobs)
         listening = self.events.has("enqueued")
         for job in jobs:
             job.bind(self)
@@ -191,20 +203,39 @@ class Runtime:
                 self.events.emit("enqueued", job=job)
         return jobs
 
+    async def _store_new(
+        self, backend: Backend, new_jobs: list[NewJob], connection: Any
+    ) -> list[Job]:
+        if connection is None:
+            return await backend.enqueue_jobs(new_jobs)
+        if isinstance(backend, TransactionalEnqueue):
+            return await backend.enqueue_jobs_on(connection, new_jobs)
+        raise ConfigurationError(
+            f"connection: enqueue inside your own transaction needs the PostgreSQL "
+            f"backend; {type(backend).__name__} ({self.settings.url}) has no "
+            f"transactions to join"
+        )
+
     def enqueue_sync(self, task: str, payload: Any = None, **options: Any) -> Job:
         """Enqueue from sync code; safe from any thread."""
+        # The enqueue runs on another thread's loop: it gets this caller's context
+        # (the current trace span, for one), as a call on this thread would.
+        caller = contextvars.copy_context()
+
+        async def in_caller_context(runtime: Runtime) -> Job:
+            enqueue = runtime.enqueue(task, payload, **options)
+            return await asyncio.get_running_loop().create_task(enqueue, context=caller)
+
         loop = self._loop
         if loop is not None and loop.is_running() and not _runs_on(loop):
             # Live on a loop in another thread: enqueue through it, into its own
             # backend (a private memory:// store too), with its events.
-            return asyncio.run_coroutine_threadsafe(
-                self.enqueue(task, payload, **options), loop
-            ).result()
+            return asyncio.run_coroutine_threadsafe(in_caller_context(self), loop).result()
         if self._portal is None:
             from conveyor.portal import Portal
 
             self._portal = Portal(self)
-        job = self._portal.call(lambda twin: twin.enqueue(task, payload, **options))
+        job = self._portal.call(in_caller_context)
         return job.bind(self)
 
     # -- jobs ---------------------------------------------------------------------
