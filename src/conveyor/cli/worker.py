@@ -21,6 +21,7 @@ from conveyor.cli.loading import load_app
 from conveyor.durations import format_duration
 from conveyor.errors import MissingDependency
 from conveyor.job import ErrorInfo, Job
+from conveyor.logs import LogFormat, set_worker_id, setup_logging
 from conveyor.loops import LOOP_NAMES, resolve_loop
 from conveyor.worker.worker import WorkerCrashed
 
@@ -35,20 +36,19 @@ T = TypeVar("T")
 LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
 
 
-def setup_logging(level: str) -> None:
-    """Rich log lines on a terminal; plain timestamped lines otherwise (files, CI)."""
-    from rich.console import Console
-    from rich.logging import RichHandler
+LOG_FORMATS = click.Choice(["text", "json"], case_sensitive=False)
 
-    stderr = Console(stderr=True)
-    handler: logging.Handler
-    if stderr.is_terminal:
-        handler = RichHandler(console=stderr, show_path=False, markup=False)
-        handler.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+def log_format_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--log-format text|json`` (docs/how-to/stack.md)."""
+    return click.option(
+        "--log-format",
+        type=LOG_FORMATS,
+        default="text",
+        show_default=True,
+        envvar="CONVEYOR_LOG_FORMAT",
+        help="text: escaped lines (rich on a terminal); json: one JSON object per line.",
+    )(command)
 
 
 @click.command("worker")
@@ -94,6 +94,7 @@ def setup_logging(level: str) -> None:
     help="Event loop: auto = uvloop when installed (pip install 'conveyor[uvloop]'), else asyncio.",
 )
 @click.option("--log-level", type=LEVELS, default="info", show_default=True)
+@log_format_option
 @click.option(
     "--quiet",
     is_flag=True,
@@ -113,6 +114,7 @@ def worker_command(
     with_scheduler: bool,
     loop_name: str,
     log_level: str,
+    log_format: LogFormat,
     quiet: bool,
     supervisor_pid: int | None,
 ) -> None:
@@ -131,7 +133,7 @@ def worker_command(
         )
     resolve_loop(loop_name)
     listen = split_list(queues)
-    setup_logging(log_level)
+    setup_logging(log_level, log_format)
     if processes > 1:
         from conveyor.worker.supervisor import Supervisor
 
@@ -146,7 +148,7 @@ def worker_command(
             command.append("--burst")
         if url:
             command += ["--url", url]
-        command += ["--loop", loop_name, "--log-level", log_level]
+        command += ["--loop", loop_name, "--log-level", log_level, "--log-format", log_format]
         if quiet:
             command.append("--quiet")
         command += ["--supervisor-pid", str(os.getpid())]
@@ -181,6 +183,7 @@ async def run_worker(
     worker = app.worker(
         queues=queues or None, concurrency=concurrency, prefetch=prefetch, burst=burst
     )
+    set_worker_id(worker.id)
     watchdog = None
     if supervisor_pid is not None:
         watchdog = asyncio.create_task(watch_supervisor(worker.stop, supervisor_pid))

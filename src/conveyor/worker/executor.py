@@ -17,6 +17,7 @@ from conveyor.backends.base import CircuitPolicy, Outcome, Settlement
 from conveyor.errors import JobTimeout, UnknownTask, ValidationError
 from conveyor.events import EventBus
 from conveyor.job import ErrorInfo, FailureReason, Job
+from conveyor.logs import current_job
 from conveyor.task import FunctionHandler, Task
 from conveyor.tracing import consumer_tracing
 from conveyor.worker.deadlines import Deadlines
@@ -137,6 +138,7 @@ class Executor:
     async def _execute(self, run: Running) -> Settlement | None:
         """Run one attempt (``execute`` is this, or this inside a trace span)."""
         job = run.job
+        current_job.set(job)  # this run's own task: log records name the job
         if job.decode_error:
             return self._refuse(run, FailureReason.INVALID, ValidationError(job.decode_error))
         task = self.runtime.tasks.get(job.task)
