@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import os
@@ -26,6 +27,7 @@ from conveyor.loops import LOOP_NAMES, resolve_loop
 from conveyor.worker.worker import WorkerCrashed
 
 if TYPE_CHECKING:
+    from conveyor.worker.metrics import WorkerMetrics
     from conveyor.worker.supervisor import Supervisor
 
 logger = logging.getLogger("conveyor.worker")
@@ -100,6 +102,18 @@ def log_format_option(command: Callable[..., Any]) -> Callable[..., Any]:
     is_flag=True,
     help="No line per completed job (they log at DEBUG); retries, dead letters and problems stay.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve this process's Prometheus metrics on this port (with --processes: all children).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics port binds (0.0.0.0 for a scraper on another host).",
+)
+@click.option("--metrics-child", is_flag=True, hidden=True)
 @click.option("--supervisor-pid", type=int, hidden=True)
 @url_option
 @click.pass_context
@@ -116,6 +130,9 @@ def worker_command(
     log_level: str,
     log_format: LogFormat,
     quiet: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    metrics_child: bool,
     supervisor_pid: int | None,
 ) -> None:
     """Run a worker for APP (module:attribute of a Conveyor), until SIGTERM/SIGINT.
@@ -135,8 +152,6 @@ def worker_command(
     listen = split_list(queues)
     setup_logging(log_level, log_format)
     if processes > 1:
-        from conveyor.worker.supervisor import Supervisor
-
         command = [sys.executable, "-m", "conveyor", "worker", app_spec]
         if listen:
             command += ["--queues", ",".join(listen)]
@@ -152,20 +167,72 @@ def worker_command(
         if quiet:
             command.append("--quiet")
         command += ["--supervisor-pid", str(os.getpid())]
+        if metrics_port is not None:
+            command.append("--metrics-child")
+        ctx.exit(
+            supervise(app, command, processes, burst, with_scheduler, metrics_port, metrics_host)
+        )
+    metrics = None
+    server = None
+    if metrics_port is not None or metrics_child:
+        from conveyor.worker.metrics import WorkerMetrics, serve
+
+        metrics = WorkerMetrics()
+        if metrics_port is not None:
+            server = serve(metrics_port, metrics.registry, metrics_host)
+    try:
+        loops.run(
+            run_worker(
+                app,
+                listen,
+                concurrency,
+                burst,
+                supervisor_pid,
+                with_scheduler,
+                prefetch,
+                quiet,
+                metrics=metrics,
+            ),
+            loop_name,
+        )
+    finally:
+        if server is not None:
+            server.shutdown()
+
+
+def supervise(
+    app: Conveyor,
+    command: list[str],
+    processes: int,
+    burst: bool,
+    with_scheduler: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> int:
+    """Run the supervisor; with a metrics port, serve the children's metrics summed."""
+    from conveyor.worker.supervisor import Supervisor
+
+    with contextlib.ExitStack() as stack:
+        on_exit = None
+        if metrics_port is not None:
+            from conveyor.worker import metrics
+
+            path = stack.enter_context(metrics.multiprocess_dir())
+            server = metrics.serve(metrics_port, metrics.multiprocess_registry(path), metrics_host)
+            stack.callback(server.shutdown)
+            on_exit = metrics.child_exited
         supervisor = Supervisor(
-            command, processes, shutdown_timeout=app.settings.shutdown_timeout, burst=burst
+            command,
+            processes,
+            shutdown_timeout=app.settings.shutdown_timeout,
+            burst=burst,
+            on_child_exit=on_exit,
         )
         if with_scheduler:  # one scheduler, in the process that outlives worker crashes
-            ctx.exit(loops.run(supervise_with_scheduler(app, supervisor), "asyncio"))
+            return loops.run(supervise_with_scheduler(app, supervisor), "asyncio")
         # The supervisor only waits on its children: it keeps the standard loop,
         # whose subprocesses support process groups (uvloop's do not).
-        ctx.exit(loops.run(supervisor.run(), "asyncio"))
-    loops.run(
-        run_worker(
-            app, listen, concurrency, burst, supervisor_pid, with_scheduler, prefetch, quiet
-        ),
-        loop_name,
-    )
+        return loops.run(supervisor.run(), "asyncio")
 
 
 async def run_worker(
@@ -177,9 +244,14 @@ async def run_worker(
     with_scheduler: bool = False,
     prefetch: int | None = None,
     quiet: bool = False,
+    metrics: WorkerMetrics | None = None,
 ) -> None:
     log_tasks(app)
     ended = log_jobs(app, quiet)
+    lag_probe = None
+    if metrics is not None:
+        metrics.attach(app.events)
+        lag_probe = asyncio.create_task(metrics.watch_loop_lag())
     worker = app.worker(
         queues=queues or None, concurrency=concurrency, prefetch=prefetch, burst=burst
     )
@@ -197,6 +269,8 @@ async def run_worker(
     finally:
         if watchdog is not None:
             watchdog.cancel()
+        if lag_probe is not None:
+            lag_probe.cancel()
         await app.close()
     if burst:
         logger.info("burst done: %d job(s) processed", worker.processed)
