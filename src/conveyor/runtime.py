@@ -11,8 +11,9 @@ of them imports the app.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from conveyor.backends.base import (
@@ -28,6 +29,7 @@ from conveyor.events import EventBus
 from conveyor.ids import new_ids
 from conveyor.producer import JobBuilder
 from conveyor.retry import Backoff
+from conveyor.tracing import ProducerTracing, producer_tracing
 
 if TYPE_CHECKING:
     from conveyor.job import Job
@@ -104,6 +106,8 @@ class Runtime:
         self._open_lock: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._portal: Portal | None = None
+        # Decided when the backend opens (app start), not per enqueue.
+        self._tracing: ProducerTracing | None = None
 
     def twin(self) -> Runtime:
         """A runtime with these settings, tasks, queues and schedules for another
@@ -140,6 +144,7 @@ class Runtime:
                 for info in self.queues.values():
                     await backend.configure_queue(info.name, info.max_size, info.ttl)
                 self._loop = asyncio.get_running_loop()
+                self._tracing = producer_tracing()
                 self._opened = True
         return self.backend
 
@@ -186,16 +191,17 @@ class Runtime:
         if not new_jobs:
             return []
         backend = await self.connect()
-        if connection is None:
-            jobs = await backend.enqueue_jobs(new_jobs)
-        elif isinstance(backend, TransactionalEnqueue):
-            jobs = await backend.enqueue_jobs_on(connection, new_jobs)
+        tracing = self._tracing
+        if tracing is None:
+            jobs = await self._store_new(backend, new_jobs, connection)
         else:
-            raise ConfigurationError(
-                f"connection: enqueue inside your own transaction needs the PostgreSQL "
-                f"backend; {type(backend).__name__} ({self.settings.url}) has no "
-                f"transactions to join"
-            )
+            spans = tracing.start(new_jobs)
+            try:
+                jobs = await self._store_new(backend, new_jobs, connection)
+            except BaseException as exc:
+                tracing.fail(spans, exc)
+                raise
+            tracing.end(spans, jobs)
         listening = self.events.has("enqueued")
         for job in jobs:
             job.bind(self)
@@ -203,23 +209,43 @@ class Runtime:
                 self.events.emit("enqueued", job=job)
         return jobs
 
+    async def _store_new(
+        self, backend: Backend, new_jobs: Sequence[NewJob], connection: Any
+    ) -> list[Job]:
+        if connection is None:
+            return await backend.enqueue_jobs(new_jobs)
+        if isinstance(backend, TransactionalEnqueue):
+            return await backend.enqueue_jobs_on(connection, new_jobs)
+        raise ConfigurationError(
+            f"connection: enqueue inside your own transaction needs the PostgreSQL "
+            f"backend; {type(backend).__name__} ({self.settings.url}) has no "
+            f"transactions to join"
+        )
+
     def enqueue_sync(self, task: str, payload: Any = None, **options: Any) -> Job:
         """Enqueue from sync code; safe from any thread."""
         job = self.call_sync(lambda runtime: runtime.enqueue(task, payload, **options))
         return job.bind(self)
 
-    def call_sync(self, fn: Callable[[Runtime], Awaitable[T]]) -> T:
+    def call_sync(self, fn: Callable[[Runtime], Coroutine[Any, Any, T]]) -> T:
         """Run ``fn(runtime)`` from sync code, from any thread: on this runtime's
         loop when it is live in another thread (its own backend, a private
-        memory:// store too, and its events), else on a twin in the portal."""
+        memory:// store too, and its events), else on a twin in the portal. It
+        runs in the caller's context (the current trace span, for one), as a
+        call on this thread would."""
+        caller = contextvars.copy_context()
+
+        async def in_caller_context(runtime: Runtime) -> T:
+            return await asyncio.get_running_loop().create_task(fn(runtime), context=caller)
+
         loop = self._loop
         if loop is not None and loop.is_running() and not _runs_on(loop):
-            return asyncio.run_coroutine_threadsafe(_call(fn, self), loop).result()
+            return asyncio.run_coroutine_threadsafe(in_caller_context(self), loop).result()
         if self._portal is None:
             from conveyor.portal import Portal
 
             self._portal = Portal(self)
-        return self._portal.call(fn)
+        return self._portal.call(in_caller_context)
 
     # -- jobs ---------------------------------------------------------------------
     async def get_job(self, job_id: str) -> Job | None:
@@ -246,10 +272,6 @@ class Runtime:
 
     def bind_all(self, jobs: Sequence[Job]) -> list[Job]:
         return [job.bind(self) for job in jobs]
-
-
-async def _call(fn: Callable[[Runtime], Awaitable[T]], runtime: Runtime) -> T:
-    return await fn(runtime)
 
 
 def _runs_on(loop: asyncio.AbstractEventLoop) -> bool:

@@ -134,6 +134,10 @@ class Settings(BaseSettings):
     """Permissions (octal) of a SQLite database file conveyor creates, and so of
     its -wal and -shm files: by default only its owner may read it."""
 
+    otel_parent: Literal["parent", "link"] = "parent"
+    """With OpenTelemetry tracing on: a job's CONSUMER span is a child of the
+    span that enqueued it (``parent``), or a new trace linked to it (``link``)."""
+
     # The HTTP service (``conveyor serve``) and the metrics it reads.
     min_workers: int = Field(0, ge=0)
     """``/health/queues`` is 503 while fewer workers than this are alive."""

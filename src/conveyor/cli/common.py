@@ -230,6 +230,7 @@ def age(now: float, then: float | None) -> str:
 
 
 STATE_STYLES = {
+    "blocked": "bright_black",
     "waiting": "cyan",
     "delayed": "blue",
     "active": "yellow",

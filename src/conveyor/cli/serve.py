@@ -17,8 +17,9 @@ import click
 from conveyor.cli.common import state, url_option
 from conveyor.cli.errors import RUNTIME, USAGE, fail
 from conveyor.cli.loading import load_app
-from conveyor.cli.worker import LEVELS, setup_logging
+from conveyor.cli.worker import LEVELS, log_format_option
 from conveyor.errors import MissingDependency
+from conveyor.logs import LogFormat, setup_logging
 
 
 def is_loopback(host: str) -> bool:
@@ -35,8 +36,11 @@ def is_loopback(host: str) -> bool:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--log-level", type=LEVELS, default="info", show_default=True)
+@log_format_option
 @url_option
-def serve_command(app_spec: str, host: str, port: int, log_level: str) -> None:
+def serve_command(
+    app_spec: str, host: str, port: int, log_level: str, log_format: LogFormat
+) -> None:
     """Serve the dashboard (/), /health/*, /metrics and the /api/v1 admin API for APP.
 
     Tokens come from the api_tokens setting (CONVEYOR_API_TOKENS). Without any
@@ -70,7 +74,7 @@ def serve_command(app_spec: str, host: str, port: int, log_level: str) -> None:
             USAGE,
         )
     listening = listen(host, port)
-    setup_logging(log_level)
+    setup_logging(log_level, log_format)
     config = uvicorn.Config(
         create_app(app),
         host=host,

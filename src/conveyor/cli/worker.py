@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import os
@@ -20,10 +21,12 @@ from conveyor.cli.loading import load_app
 from conveyor.durations import format_duration
 from conveyor.errors import MissingDependency
 from conveyor.job import ErrorInfo, Job
+from conveyor.logs import LogFormat, set_worker_id, setup_logging
 from conveyor.loops import LOOP_NAMES, resolve_loop
 from conveyor.worker.worker import WorkerCrashed
 
 if TYPE_CHECKING:
+    from conveyor.worker.metrics import WorkerMetrics
     from conveyor.worker.supervisor import Supervisor
 
 logger = logging.getLogger("conveyor.worker")
@@ -34,20 +37,19 @@ T = TypeVar("T")
 LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
 
 
-def setup_logging(level: str) -> None:
-    """Rich log lines on a terminal; plain timestamped lines otherwise (files, CI)."""
-    from rich.console import Console
-    from rich.logging import RichHandler
+LOG_FORMATS = click.Choice(["text", "json"], case_sensitive=False)
 
-    stderr = Console(stderr=True)
-    handler: logging.Handler
-    if stderr.is_terminal:
-        handler = RichHandler(console=stderr, show_path=False, markup=False)
-        handler.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+def log_format_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--log-format text|json`` (docs/how-to/stack.md)."""
+    return click.option(
+        "--log-format",
+        type=LOG_FORMATS,
+        default="text",
+        show_default=True,
+        envvar="CONVEYOR_LOG_FORMAT",
+        help="text: escaped lines (rich on a terminal); json: one JSON object per line.",
+    )(command)
 
 
 @click.command("worker")
@@ -93,11 +95,24 @@ def setup_logging(level: str) -> None:
     help="Event loop: auto = uvloop when installed (pip install 'conveyor[uvloop]'), else asyncio.",
 )
 @click.option("--log-level", type=LEVELS, default="info", show_default=True)
+@log_format_option
 @click.option(
     "--quiet",
     is_flag=True,
     help="No line per completed job (they log at DEBUG); retries, dead letters and problems stay.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve this process's Prometheus metrics on this port (with --processes: all children).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics port binds (0.0.0.0 for a scraper on another host).",
+)
+@click.option("--metrics-child", is_flag=True, hidden=True)
 @click.option("--supervisor-pid", type=int, hidden=True)
 @url_option
 @click.pass_context
@@ -112,7 +127,11 @@ def worker_command(
     with_scheduler: bool,
     loop_name: str,
     log_level: str,
+    log_format: LogFormat,
     quiet: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    metrics_child: bool,
     supervisor_pid: int | None,
 ) -> None:
     """Run a worker for APP (module:attribute of a Conveyor), until SIGTERM/SIGINT.
@@ -130,10 +149,8 @@ def worker_command(
         )
     resolve_loop(loop_name)
     listen = split_list(queues)
-    setup_logging(log_level)
+    setup_logging(log_level, log_format)
     if processes > 1:
-        from conveyor.worker.supervisor import Supervisor
-
         command = [sys.executable, "-m", "conveyor", "worker", app_spec]
         if listen:
             command += ["--queues", ",".join(listen)]
@@ -145,24 +162,76 @@ def worker_command(
             command.append("--burst")
         if url:
             command += ["--url", url]
-        command += ["--loop", loop_name, "--log-level", log_level]
+        command += ["--loop", loop_name, "--log-level", log_level, "--log-format", log_format]
         if quiet:
             command.append("--quiet")
         command += ["--supervisor-pid", str(os.getpid())]
+        if metrics_port is not None:
+            command.append("--metrics-child")
+        ctx.exit(
+            supervise(app, command, processes, burst, with_scheduler, metrics_port, metrics_host)
+        )
+    metrics = None
+    server = None
+    if metrics_port is not None or metrics_child:
+        from conveyor.worker.metrics import WorkerMetrics, serve
+
+        metrics = WorkerMetrics()
+        if metrics_port is not None:
+            server = serve(metrics_port, metrics.registry, metrics_host)
+    try:
+        loops.run(
+            run_worker(
+                app,
+                listen,
+                concurrency,
+                burst,
+                supervisor_pid,
+                with_scheduler,
+                prefetch,
+                quiet,
+                metrics=metrics,
+            ),
+            loop_name,
+        )
+    finally:
+        if server is not None:
+            server.shutdown()
+
+
+def supervise(
+    app: Conveyor,
+    command: list[str],
+    processes: int,
+    burst: bool,
+    with_scheduler: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> int:
+    """Run the supervisor; with a metrics port, serve the children's metrics summed."""
+    from conveyor.worker.supervisor import Supervisor
+
+    with contextlib.ExitStack() as stack:
+        on_exit = None
+        if metrics_port is not None:
+            from conveyor.worker import metrics
+
+            path = stack.enter_context(metrics.multiprocess_dir())
+            server = metrics.serve(metrics_port, metrics.multiprocess_registry(path), metrics_host)
+            stack.callback(server.shutdown)
+            on_exit = metrics.child_exited
         supervisor = Supervisor(
-            command, processes, shutdown_timeout=app.settings.shutdown_timeout, burst=burst
+            command,
+            processes,
+            shutdown_timeout=app.settings.shutdown_timeout,
+            burst=burst,
+            on_child_exit=on_exit,
         )
         if with_scheduler:  # one scheduler, in the process that outlives worker crashes
-            ctx.exit(loops.run(supervise_with_scheduler(app, supervisor), "asyncio"))
+            return loops.run(supervise_with_scheduler(app, supervisor), "asyncio")
         # The supervisor only waits on its children: it keeps the standard loop,
         # whose subprocesses support process groups (uvloop's do not).
-        ctx.exit(loops.run(supervisor.run(), "asyncio"))
-    loops.run(
-        run_worker(
-            app, listen, concurrency, burst, supervisor_pid, with_scheduler, prefetch, quiet
-        ),
-        loop_name,
-    )
+        return loops.run(supervisor.run(), "asyncio")
 
 
 async def run_worker(
@@ -174,12 +243,18 @@ async def run_worker(
     with_scheduler: bool = False,
     prefetch: int | None = None,
     quiet: bool = False,
+    metrics: WorkerMetrics | None = None,
 ) -> None:
     log_tasks(app)
     log_jobs(app, quiet)
+    lag_probe = None
+    if metrics is not None:
+        metrics.attach(app.events)
+        lag_probe = asyncio.create_task(metrics.watch_loop_lag())
     worker = app.worker(
         queues=queues or None, concurrency=concurrency, prefetch=prefetch, burst=burst
     )
+    set_worker_id(worker.id)
     watchdog = None
     if supervisor_pid is not None:
         watchdog = asyncio.create_task(watch_supervisor(worker.stop, supervisor_pid))
@@ -193,6 +268,8 @@ async def run_worker(
     finally:
         if watchdog is not None:
             watchdog.cancel()
+        if lag_probe is not None:
+            lag_probe.cancel()
         await app.close()
     if burst:
         logger.info("burst done: %d job(s) processed", worker.processed)

@@ -9,7 +9,7 @@ import inspect
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from conveyor import serialization
@@ -17,7 +17,9 @@ from conveyor.backends.base import CircuitPolicy, Outcome, Settlement
 from conveyor.errors import JobTimeout, UnknownTask, ValidationError
 from conveyor.events import EventBus
 from conveyor.job import ErrorInfo, FailureReason, Job
+from conveyor.logs import current_job
 from conveyor.task import FunctionHandler, Task
+from conveyor.tracing import consumer_tracing
 from conveyor.worker.deadlines import Deadlines
 from conveyor.worker.threads import DaemonThreadPool
 
@@ -58,6 +60,11 @@ class Executor:
         self._circuits: dict[str, CircuitPolicy | None] = {}
         self._abandoned: list[DaemonThreadPool] = []
         self._deadlines = Deadlines()
+        # Tracing is decided here, once: the untraced path has no per-job check.
+        self._tracing = consumer_tracing(worker_id, self.settings.otel_parent)
+        self.execute: Callable[[Running], Awaitable[Settlement | None]] = (
+            self._execute if self._tracing is None else self._execute_traced
+        )
 
     async def close(self, grace: float = 1.0) -> None:
         """Stop the thread pools, giving sync handlers that were told to stop
@@ -114,8 +121,24 @@ class Executor:
             job.id, job.lease_token or "", Outcome.FAIL, job.task, error=info, failure_reason=reason
         )
 
-    async def execute(self, run: Running) -> Settlement | None:
+    async def _execute_traced(self, run: Running) -> Settlement | None:
+        """``_execute`` inside the attempt's CONSUMER span (tracing.py)."""
+        tracing = self._tracing
+        assert tracing is not None
+        span = tracing.start(run.job)
+        try:
+            with tracing.activate(span):
+                settlement = await self._execute(run)
+        except BaseException as exc:
+            tracing.interrupted(span, exc)
+            raise
+        tracing.end(span, settlement)
+        return settlement
+
+    async def _execute(self, run: Running) -> Settlement | None:
+        """Run one attempt (``execute`` is this, or this inside a trace span)."""
         job = run.job
+        current_job.set(job)  # this run's own task: log records name the job
         if job.decode_error:
             return self._refuse(run, FailureReason.INVALID, ValidationError(job.decode_error))
         task = self.runtime.tasks.get(job.task)

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from conveyor.durations import format_duration
 
@@ -55,6 +55,7 @@ class Supervisor:
         burst: bool = False,
         backoff_base: float = 1.0,
         backoff_max: float = 30.0,
+        on_child_exit: Callable[[int], None] | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError("processes must be >= 1")
@@ -70,6 +71,7 @@ class Supervisor:
         self._kill_timer: asyncio.TimerHandle | None = None
         self._killed = False
         self._failed = False
+        self._on_child_exit = on_child_exit
 
     @property
     def stopping(self) -> bool:
@@ -136,6 +138,8 @@ class Supervisor:
             logger.info("worker %d started (pid %d)", slot, proc.pid)
             code = await proc.wait()
             del self.children[slot]
+            if self._on_child_exit is not None:
+                self._on_child_exit(proc.pid)
             ran = loop.time() - started
             if self.stopping:
                 if code not in (0, -signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL):

@@ -1,0 +1,103 @@
+"""``conveyor worker --metrics-port``: a real scrape while the worker runs, one
+process and ``--processes 2`` behind one port."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .conftest import APP, Cli, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def scrape(port: int) -> str:
+    try:
+        response = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    except httpx.TransportError:
+        return ""
+    assert response.status_code == 200
+    return response.text
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of one sample (labels in any order), or None."""
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
+        if match is None:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
+        if found == labels:
+            return float(match.group(2))
+    return None
+
+
+def test_one_worker_serves_its_job_counts_durations_and_loop_lag(cli: Cli, tmp_path: Path) -> None:
+    for n in range(3):
+        cli.enqueue("add", {"a": n, "b": n})
+    cli.enqueue("explode", {"why": "no"}, "--attempts", "1")
+    port = free_port()
+    worker = cli.start("worker", APP, "--metrics-port", str(port), log=tmp_path / "w.log")
+
+    def counted() -> str | None:
+        text = scrape(port)
+        done = sample(text, "conveyor_worker_jobs_total", task="add", outcome="completed")
+        return text if done == 3 else None
+
+    text = wait_until(counted)
+    assert sample(text, "conveyor_worker_jobs_total", task="explode", outcome="failed") == 1
+    assert (
+        sample(text, "conveyor_worker_job_duration_seconds_count", task="add", outcome="completed")
+        == 3
+    )
+    assert sample(text, "conveyor_worker_jobs_running") == 0
+    lag = wait_until(lambda: sample(scrape(port), "conveyor_worker_event_loop_lag_seconds"))
+    assert 0 < lag < 1
+
+    cli.enqueue("sleep", {"seconds": 3})
+    assert wait_until(lambda: sample(scrape(port), "conveyor_worker_jobs_running") == 1)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0
+
+
+def test_two_processes_are_summed_behind_the_supervisors_port(cli: Cli, tmp_path: Path) -> None:
+    for _ in range(8):
+        cli.enqueue("sleep", {"seconds": 0.2})
+    port = free_port()
+    supervisor = cli.start(
+        "worker",
+        APP,
+        "--processes",
+        "2",
+        "-c",
+        "2",
+        "--prefetch",
+        "0",
+        "--metrics-port",
+        str(port),
+        log=tmp_path / "s.log",
+    )
+
+    def all_counted() -> str | None:
+        text = scrape(port)
+        done = sample(text, "conveyor_worker_jobs_total", task="sleep", outcome="completed")
+        return text if done == 8 else None
+
+    wait_until(all_counted, timeout=30)
+    jobs = cli.json("jobs", "list", "--task", "sleep")
+    assert len({job["result"]["pid"] for job in jobs}) == 2  # both children counted
+    supervisor.send_signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
+    assert "Traceback" not in (tmp_path / "s.log").read_text()
