@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("conveyor.worker")
 
+#: How long a batch without a batch_wait gathers at most (it waits for a claim).
+_DUE_NOW_WAIT = 0.05
+
 
 @dataclass(slots=True, eq=False)
 class BatchMember(Running):
@@ -64,6 +67,10 @@ class Batch:
     full: asyncio.Event = field(default_factory=asyncio.Event)
     #: The handler was interrupted as a whole (timeout, or every job stopped).
     interrupted: bool = False
+    #: What this batch adds to the worker's ``_room`` while it gathers.
+    room: int = 0
+    #: Claims that came back while it gathered (a batch without batch_wait).
+    claims: int = 0
 
     def member_stopped(self) -> None:
         """A member was cancelled, lost its lease or is shut down: once every one
@@ -149,10 +156,13 @@ class Batcher:
                 del worker.buffered[run.job.id]  # its stale place in _next is skipped
                 self._join(batch, run)
         missing = size - len(batch.members)
-        if missing > 0 and task.options.batch_wait > 0 and not worker._stopping:
+        if missing > 0 and not worker._stopping:
+            # Short of batch_size: gather from claims too, up to batch_wait; with
+            # none, what is due now (claimed()), so the claim loop may claim for it.
             self.forming[task.name] = batch
+            batch.room = missing
             worker._room += missing
-            worker._slot_free.set()  # the claim loop may claim for it now
+            worker._slot_free.set()
         else:
             batch.full.set()
         runner = asyncio.create_task(self._run(batch))
@@ -168,24 +178,39 @@ class Batcher:
         if len(batch.members) > 1:
             worker._slots += 1  # members beyond the first take no slot
         if self.forming.get(member.job.task) is batch:
-            worker._room -= 1
+            if batch.room > 0:
+                batch.room -= 1
+                worker._room -= 1
             if len(batch.members) >= (batch.task.options.batch_size or 1):
                 self._close(batch)
+
+    def claimed(self, full: bool) -> None:
+        """A claim came back (``full``: as many jobs as asked). A batch without a
+        batch_wait takes what is due now: it stops gathering after a short claim,
+        or after the claim that follows the one that began it."""
+        for batch in list(self.forming.values()):
+            if batch.task.options.batch_wait == 0:
+                batch.claims += 1
+                if not full or batch.claims >= 2:
+                    self._close(batch)
 
     def _close(self, batch: Batch) -> None:
         """The batch stops gathering; the room it kept for claims is given up."""
         if self.forming.get(batch.task.name) is batch:
             del self.forming[batch.task.name]
-            size = batch.task.options.batch_size or 1
-            self.worker._room -= max(0, size - len(batch.members))
+        self.worker._room -= batch.room
+        batch.room = 0
         batch.full.set()
 
     async def _run(self, batch: Batch) -> None:
         worker = self.worker
         try:
             if not batch.full.is_set():
+                # Without a batch_wait, a claim normally ends the gathering at once
+                # (claimed()); the cap covers handoffs and failed claims.
+                wait = batch.task.options.batch_wait or _DUE_NOW_WAIT
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(batch.full.wait(), batch.task.options.batch_wait)
+                    await asyncio.wait_for(batch.full.wait(), wait)
             self._close(batch)
             started = time.perf_counter()
             outcomes = await worker.executor.execute_batch(batch)

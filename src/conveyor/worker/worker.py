@@ -350,6 +350,8 @@ class Worker:
                 continue
             self._prefetch.after_claim(time.monotonic() - sent_at, len(result.jobs) >= limit)
             self._take(result, sent_at)
+            if self._batcher is not None:
+                self._batcher.claimed(len(result.jobs) >= limit)
             if len(result.jobs) >= limit:
                 await asyncio.sleep(0)  # let the batch start before claiming more
                 continue
