@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conveyor.app import Conveyor
-from conveyor.context import JobContext
+from conveyor.context import BatchContext, JobContext
 from conveyor.errors import (
     BackendError,
     BackendUnavailable,
@@ -33,6 +33,7 @@ __all__ = [
     "BackendError",
     "BackendUnavailable",
     "Backoff",
+    "BatchContext",
     "ConfigurationError",
     "Conveyor",
     "ConveyorError",

@@ -58,7 +58,9 @@ class Conveyor:
     def task(self, name: str | None = None, **options: Any) -> Callable[[Callable[..., Any]], Task]:
         """Register ``fn(ctx, **payload)`` as a task. Options: queue, attempts,
         backoff, timeout, priority, rate_limit, concurrency, ttl, keep_completed,
-        keep_failed, circuit_threshold, circuit_open_for, retry_on, no_retry_on."""
+        keep_failed, circuit_threshold, circuit_open_for, retry_on, no_retry_on,
+        batch_size, batch_wait (a batch task: ``fn(ctx, jobs)`` returns one outcome
+        per job; see docs/how-to/batches.md)."""
         task_options = build_options(**options)
 
         def decorate(fn: Callable[..., Any]) -> Task:

@@ -91,3 +91,55 @@ class JobContext:
         if self._on_progress is not None:
             self._on_progress(self.job, report, encoded)
         return _DONE
+
+
+class BatchContext:
+    """Passed to a batch task's handler (``fn(ctx, jobs)``) as its first argument."""
+
+    __slots__ = ("_contexts", "_interrupted", "_logger", "jobs", "worker_id")
+
+    def __init__(self, contexts: list[JobContext], worker_id: str) -> None:
+        #: The batch's jobs, in the order the handler's outcomes must follow.
+        self.jobs: list[Job] = [ctx.job for ctx in contexts]
+        self.worker_id = worker_id
+        self._contexts = contexts
+        self._interrupted = False
+        self._logger: logging.LoggerAdapter[logging.Logger] | None = None
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger bound to this batch (``task`` and ``job_ids`` in every record's extra)."""
+        if self._logger is None:
+            self._logger = logging.LoggerAdapter(
+                logger,
+                {"task": self.jobs[0].task, "job_ids": [job.id for job in self.jobs]},
+            )
+        return self._logger
+
+    @property
+    def cancelled(self) -> bool:
+        """True when every job of the batch was cancelled, or the batch must stop
+        (its timeout, the worker's shutdown): finish up and return (or raise)."""
+        return self._interrupted or all(ctx.cancelled for ctx in self._contexts)
+
+    @property
+    def cancelled_ids(self) -> set[str]:
+        """Ids of the batch's jobs that were cancelled (or whose lease was lost):
+        their outcome is ``cancelled`` whatever the handler returns for them."""
+        return {ctx.job.id for ctx in self._contexts if ctx.cancelled}
+
+    def mark_cancelled(self) -> None:
+        """Set ``cancelled`` for the whole batch (the worker does, on a timeout or shutdown)."""
+        self._interrupted = True
+
+    def progress(self, percent: float | None = None, **fields: Any) -> Awaitable[None]:
+        """Report progress for the batch: every job of it stores the same report."""
+        report: dict[str, Any] = dict(fields)
+        if percent is not None:
+            report["percent"] = percent
+        encoded = serialization.dumps(report)  # a bad value raises here, in the handler
+        for ctx in self._contexts:
+            ctx.job.progress = report
+            if ctx._on_progress is not None:
+                ctx._on_progress(ctx.job, report, encoded)
+        return _DONE

@@ -13,7 +13,7 @@ from conveyor.retry import Backoff
 from conveyor.settings import Retention
 
 if TYPE_CHECKING:
-    from conveyor.context import JobContext
+    from conveyor.context import BatchContext, JobContext
     from conveyor.job import Job
     from conveyor.workflow import Step
 
@@ -54,6 +54,10 @@ class TaskOptions:
     circuit_open_for: float | None = None
     retry_on: tuple[type[BaseException], ...] = ()
     no_retry_on: tuple[type[BaseException], ...] = ()
+    #: A batch task's handler takes up to this many jobs at once (None: one job).
+    batch_size: int | None = None
+    #: How long a batch short of ``batch_size`` waits for more jobs, in seconds.
+    batch_wait: float = 0.0
     keep_completed_set: bool = field(default=False, repr=False)
     keep_failed_set: bool = field(default=False, repr=False)
 
@@ -78,6 +82,8 @@ def build_options(
     circuit_open_for: float | str | None = None,
     retry_on: tuple[type[BaseException], ...] = (),
     no_retry_on: tuple[type[BaseException], ...] = (),
+    batch_size: int | None = None,
+    batch_wait: float | str | None = None,
 ) -> TaskOptions:
     """Validate user-facing task options into :class:`TaskOptions`."""
     from conveyor.settings import _retention
@@ -93,6 +99,12 @@ def build_options(
         from conveyor.producer import positive_duration
 
         key_ttl = positive_duration("idempotency_ttl", idempotency_ttl)
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
+        raise ValueError(f"batch_size must be an integer >= 1, not {batch_size!r}")
+    if batch_wait is not None and batch_size is None:
+        raise ValueError("batch_wait needs batch_size (it is how long a batch waits to fill)")
     return TaskOptions(
         queue=queue,
         attempts=attempts,
@@ -111,6 +123,8 @@ def build_options(
         circuit_open_for=parse_duration(circuit_open_for) if circuit_open_for is not None else None,
         retry_on=tuple(retry_on),
         no_retry_on=tuple(no_retry_on),
+        batch_size=batch_size,
+        batch_wait=parse_duration(batch_wait) if batch_wait is not None else 0.0,
     )
 
 
@@ -118,7 +132,8 @@ class Handler:
     """The class form of a task. Options are class attributes; override the hooks you need.
 
     ``process`` (and the hooks) may be ``async def`` or plain ``def``; plain ones
-    run in the worker's thread pool.
+    run in the worker's thread pool. A handler that sets ``batch_size`` is a batch
+    task: it defines ``process_batch`` instead of ``process``.
     """
 
     name: str = ""
@@ -135,6 +150,8 @@ class Handler:
     circuit_open_for: float | str | None = None
     retry_on: tuple[type[BaseException], ...] = ()
     no_retry_on: tuple[type[BaseException], ...] = ()
+    batch_size: int | None = None
+    batch_wait: float | str | None = None
 
     def options(self) -> TaskOptions:
         extra: dict[str, Any] = {}
@@ -155,6 +172,8 @@ class Handler:
             circuit_open_for=self.circuit_open_for,
             retry_on=self.retry_on,
             no_retry_on=self.no_retry_on,
+            batch_size=self.batch_size,
+            batch_wait=self.batch_wait,
             **extra,
         )
 
@@ -163,6 +182,11 @@ class Handler:
 
     async def process(self, ctx: JobContext, payload: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.process is not implemented")
+
+    async def process_batch(self, ctx: BatchContext, jobs: list[Job]) -> list[Any]:
+        """A batch task's handler: one outcome per job, in order (a result, or an
+        exception instance that fails that job alone)."""
+        raise NotImplementedError(f"{type(self).__name__}.process_batch is not implemented")
 
     def is_retryable(self, exc: BaseException) -> bool:
         """False fails the job at once, attempts left or not."""
@@ -215,7 +239,16 @@ class Task:
         self.handler = handler
         self.name: str = handler.name
         self.options: TaskOptions = handler.options()
-        process = handler.call if isinstance(handler, FunctionHandler) else handler.process
+        process: Callable[..., Any] = (
+            handler.call if isinstance(handler, FunctionHandler) else handler.process
+        )
+        if self.options.batch_size is not None and not isinstance(handler, FunctionHandler):
+            if type(handler).process_batch is Handler.process_batch:
+                raise ValueError(
+                    f"{type(handler).__name__} sets batch_size: define "
+                    "process_batch(self, ctx, jobs) (it replaces process)"
+                )
+            process = handler.process_batch
         self.is_async: bool = (
             handler.is_async
             if isinstance(handler, FunctionHandler)

@@ -11,10 +11,16 @@ earliest deadline only moves when the timer fires.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from conveyor.worker.running import Running
+from conveyor.worker.running import StopReason
+
+
+class Running(Protocol):
+    """What a deadline interrupts: one job's run, or a whole batch (batching.py)."""
+
+    def interrupt(self, reason: StopReason) -> None: ...
+
 
 #: A deadline this close to the firing time counts as reached: libuv (uvloop)
 #: keeps time in milliseconds, so its timers may fire up to one early. A run

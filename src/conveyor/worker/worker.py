@@ -7,6 +7,9 @@ running ones (renewed, cancellable, distrusted when renewals fail) and count
 against per-task caps; they are released, attempt given back, as soon as the
 worker stops claiming. By default the buffer's size adapts (prefetch.py).
 
+Batch tasks (a handler that takes many jobs at once) are gathered by the
+:class:`Batcher` (batching.py): a batch holds one slot.
+
 Roles: the claim loop (here), the :class:`Executor` (one job), the
 :class:`Acker` (batched outcomes), the :class:`LeaseKeeper`, the
 :class:`Heartbeat`, and maintenance (stall reaper, retention cleaner). Side
@@ -45,7 +48,8 @@ from conveyor.maintenance.periodic import every
 from conveyor.maintenance.retention import RetentionCleaner, retention_rules
 from conveyor.maintenance.stalls import StallReaper
 from conveyor.worker.acker import Acker
-from conveyor.worker.executor import Executor
+from conveyor.worker.batch_executor import BatchExecutor
+from conveyor.worker.batching import Batcher
 from conveyor.worker.handoffs import HandoffReceiver
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.leases import LeaseKeeper
@@ -98,6 +102,11 @@ class Worker:
         self.own_queue = f"worker.{self.id}"
         self.queues: list[str] = [*listen, self.own_queue]
         self.concurrency = concurrency or self.settings.concurrency
+        #: Slots to fill: ``concurrency``, plus one per job beyond a batch's first
+        #: (a batch holds one slot; batching.py), so ``len(active) < _slots`` still
+        #: means "a slot is free". ``_room``: jobs gathering batches may still claim.
+        self._slots = self.concurrency
+        self._room = 0
         self.burst = burst
         self.install_signals = install_signals
         self.maintenance = maintenance
@@ -126,6 +135,8 @@ class Worker:
         self._rate_limited = {
             n: t.options.rate_limit for n, t in runtime.tasks.items() if t.options.rate_limit
         }
+        batch_tasks = {n: t for n, t in runtime.tasks.items() if t.options.batch_size}
+        self._batcher = Batcher(self, batch_tasks) if batch_tasks else None
         #: In burst mode, how long an empty claim may wait on a rate limit's window.
         self._rate_window = max((r.period for r in self._rate_limited.values()), default=0.0)
         self._prefetch = Prefetch(
@@ -201,7 +212,7 @@ class Worker:
         self._loop_thread = threading.get_ident()
         self.started_at = await backend.now()
         self._read_jobs = backend.get_jobs  # for ctx.dependency_results
-        self.executor = Executor(runtime, self.id, threads=self.concurrency)
+        self.executor = BatchExecutor(runtime, self.id, threads=self.concurrency)
         reports = SettleReports(runtime.events)
         self.acker = Acker(backend, reports.refused, reports.circuits, reports.cancelled)
         self.leases = LeaseKeeper(
@@ -318,8 +329,8 @@ class Worker:
             # Refill the buffer in chunks, not one job per finished job: small
             # claims cost as much as big ones. Idle slots are always filled at once.
             refill_at = max(1, self.prefetch // 2)
-            free = self.concurrency + self.prefetch - len(self.active) - len(self.buffered)
-            if free <= 0 or (free < refill_at and len(self.active) >= self.concurrency):
+            free = self._slots + self._room + self.prefetch - len(self.active) - len(self.buffered)
+            if free <= 0 or (free < refill_at and len(self.active) >= self._slots):
                 self._slot_free.clear()
                 await self._slot_free.wait()  # stop() sets it too; no helper tasks here
                 continue
@@ -343,6 +354,8 @@ class Worker:
                 continue
             self._prefetch.after_claim(time.monotonic() - sent_at, len(result.jobs) >= limit)
             self._take(result, sent_at)
+            if self._batcher is not None:
+                self._batcher.claimed(len(result.jobs) >= limit)
             if len(result.jobs) >= limit:
                 await asyncio.sleep(0)  # let the batch start before claiming more
                 continue
@@ -406,11 +419,13 @@ class Worker:
 
     def _hold(self, job: Job, lease_deadline: float) -> None:
         """A claimed job: start it in a free slot, or buffer it (prefetch)."""
+        if self._batcher is not None and self._batcher.hold(job, lease_deadline):
+            return
         job.bind(self.runtime)
         ctx = JobContext(job, self.id, self._on_progress, self._read_jobs)
         run = Running(job, ctx, lease_deadline=lease_deadline)
         self._running_by_task[job.task] = self._running_by_task.get(job.task, 0) + 1
-        if len(self.active) < self.concurrency and not self._stopping:
+        if len(self.active) < self._slots and not self._stopping:
             self._start(run)
         else:
             self.buffered[job.id] = run
@@ -418,7 +433,7 @@ class Worker:
 
     def _start_buffered(self) -> None:
         """Fill free slots from the buffer; jobs whose lease was lost are dropped."""
-        while self._next and len(self.active) < self.concurrency:
+        while self._next and len(self.active) < self._slots:
             run = self._next.popleft()
             if self.buffered.pop(run.job.id, None) is None:
                 continue  # cancelled (and settled) while buffered
@@ -452,6 +467,8 @@ class Worker:
         self._slot_free.set()
 
     def _start(self, run: Running) -> None:
+        if self._batcher is not None and self._batcher.take(run):
+            return
         self.active[run.job.id] = run
         task = asyncio.create_task(self._execute(run))
         run.task = task
