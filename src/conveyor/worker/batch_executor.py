@@ -4,7 +4,6 @@ and one outcome per job, decided for each job alone."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -96,16 +95,7 @@ class BatchExecutor(Executor):
         timeout = min(m.job.timeout if m.job.timeout is not None else default for m in batch.live)
         self._deadlines.add(batch, timeout)
         try:
-            if task.is_async:
-                return await call()
-            pool = self._thread_pool()
-            future = pool.submit(contextvars.copy_context().run, call)
-            try:
-                return await asyncio.wrap_future(future)
-            except asyncio.CancelledError:
-                if future.running():
-                    self._abandon(pool)
-                raise
+            return await self._run_handler(task, call)
         finally:
             self._deadlines.discard(batch)
 

@@ -215,16 +215,7 @@ class Executor:
         # Interrupts the run with "timeout" (one loop timer for all runs: deadlines.py).
         self._deadlines.add(run, timeout)
         try:
-            if task.is_async:
-                return await call()
-            pool = self._thread_pool()
-            future = pool.submit(contextvars.copy_context().run, call)
-            try:
-                return await asyncio.wrap_future(future)
-            except asyncio.CancelledError:
-                if future.running():
-                    self._abandon(pool)
-                raise
+            return await self._run_handler(task, call)
         except TypeError as exc:
             # Payload keys that don't fit the function's parameters are bad input.
             if isinstance(handler, FunctionHandler) and isinstance(job.payload, dict):
@@ -235,6 +226,20 @@ class Executor:
             raise
         finally:
             self._deadlines.discard(run)
+
+    async def _run_handler(self, task: Task, call: Callable[[], Any]) -> Any:
+        """``call()`` on the loop (async handlers) or in the thread pool (sync
+        ones); a sync call still running when cancelled leaves its pool behind."""
+        if task.is_async:
+            return await call()
+        pool = self._thread_pool()
+        future = pool.submit(contextvars.copy_context().run, call)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if future.running():
+                self._abandon(pool)
+            raise
 
     async def _failed(
         self, run: Running, task: Task, exc: BaseException, duration: float
