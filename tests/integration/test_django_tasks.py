@@ -155,6 +155,21 @@ def test_context_async_tasks_and_failures(tasks_backend: ConveyorBackend) -> Non
         _ = outcome.return_value
 
 
+def test_aenqueue_and_aget_result_from_async_code(tasks_backend: ConveyorBackend) -> None:
+    async def view() -> str:
+        result = await double.aenqueue(4)
+        assert (await double.aget_result(result.id)).status == TaskResultStatus.READY
+        return str(result.id)
+
+    result_id = asyncio.run(view())
+    assert drain(tasks_backend) == 1
+
+    async def read() -> Any:
+        return (await double.aget_result(result_id)).return_value
+
+    assert asyncio.run(read()) == 8
+
+
 def test_unknown_and_mismatched_results(tasks_backend: ConveyorBackend) -> None:
     with pytest.raises(TaskResultDoesNotExist):
         add.get_result("01J00000000000000000000000")
