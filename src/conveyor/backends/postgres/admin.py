@@ -61,7 +61,8 @@ async def _resume_dependents(conn: Conn, q: Queries, original: str, copy: str) -
     if not found:
         return
     named = sorted({d for deps in found.values() for d in deps})
-    states: dict[str, str] = dict(await conn.fetch(q.dependency_states_for_update, named))
+    rows = await conn.fetch(q.dependency_states_for_update, named)
+    states: dict[str, str] = {r[0]: r[1] for r in rows}
     states[copy] = JobState.WAITING.value
     resumed = resumed_dependents(original, found, states)
     if not resumed:

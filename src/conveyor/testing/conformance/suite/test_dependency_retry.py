@@ -17,7 +17,8 @@ DEPENDENCY_FAILED = FailureReason.DEPENDENCY_FAILED
 async def finish(backend: Backend, job: Job, outcome: Outcome) -> None:
     running = await claim_exact(backend, job)
     if outcome is Outcome.FAIL:
-        await settle_ok(backend, running, outcome, error=error(), failure_reason=FailureReason.ERROR)
+        failure = FailureReason.ERROR
+        await settle_ok(backend, running, outcome, error=error(), failure_reason=failure)
     else:
         await settle_ok(backend, running, outcome, result=serialization.dumps("ok"))
 
@@ -152,3 +153,18 @@ async def test_a_completed_dependent_is_untouched(backend: Backend) -> None:
     done = await fetch(backend, ran.id)
     assert done.state is JobState.COMPLETED
     assert done.depends_on == [a.id]
+
+
+async def test_a_dependent_cancelled_at_enqueue_is_resumed_too(backend: Backend) -> None:
+    """Enqueued after its dependency had failed: cancelled at once, because of it."""
+    (a,) = await enqueue(backend, new_job("a"))
+    await finish(backend, a, Outcome.FAIL)
+    (late,) = await enqueue(backend, new_job("late", depends_on=[a.id]))
+    assert late.state is JobState.CANCELLED
+
+    copy = await backend.retry_failed(a.id, new_id())
+    resumed = await fetch(backend, late.id)
+    assert resumed.state is JobState.BLOCKED
+    assert resumed.depends_on == [copy.id]
+    await finish(backend, copy, Outcome.COMPLETE)
+    assert (await fetch(backend, late.id)).state is JobState.WAITING
