@@ -54,7 +54,11 @@ class DeadLetters:
         when that job has since been deleted, or the job is not ``failed``.
 
         A retry also forgets the failures the task's circuit has counted while
-        it is closed (an open circuit stays open until it closes or is reset)."""
+        it is closed (an open circuit stays open until it closes or is reset).
+
+        In a workflow the copy takes the failed step's place: the jobs cancelled
+        ``dependency_failed`` because of it wait again, on the copy (see
+        docs/how-to/workflows.md)."""
         backend = await self._runtime.connect()
         job = (await backend.retry_failed(job_id, new_id())).bind(self._runtime)
         if not job.duplicate:

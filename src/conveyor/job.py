@@ -18,10 +18,11 @@ class JobState(enum.StrEnum):
 
     BLOCKED = "blocked"
     """Waits for the jobs it depends on (``depends_on``). In: enqueue, when a
-    dependency is not finished yet. Out: the backend operation that finishes its
-    last dependency (to waiting, or delayed until its ``run_at``), or cancelled
-    with reason ``dependency_failed`` when a dependency failed or was cancelled
-    (policy ``cancel``), or ``app.cancel``."""
+    dependency is not finished yet; a dead-letter retry of the dependency that
+    cancelled it (``dependency_failed``), now waiting on the copy. Out: the
+    backend operation that finishes its last dependency (to waiting, or delayed
+    until its ``run_at``), or cancelled with reason ``dependency_failed`` when a
+    dependency failed or was cancelled (policy ``cancel``), or ``app.cancel``."""
 
     WAITING = "waiting"
     """In: enqueue, delayed promotion (inside the claim), stall recovery, release at

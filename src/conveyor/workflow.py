@@ -160,6 +160,7 @@ class Workflow:
         self.jobs = jobs
         self._runtime = runtime
         self._tails = tails
+        self._retried: dict[str, str] = {}  # failed step -> its dead-letter retry
 
     @classmethod
     async def load(cls, runtime: Runtime, workflow_id: str) -> Workflow | None:
@@ -167,10 +168,17 @@ class Workflow:
         jobs = await backend.list_jobs(JobFilter(workflow_id=workflow_id), limit=1_000_000)
         if not jobs:
             return None
+        # A failed step retried from the dead-letter queue: its copy stands in
+        # for it (and its dependents wait on the copy), unless the copy is gone.
+        present = {job.id for job in jobs}
+        retried = {job.id: job.retried_as for job in jobs if job.retried_as in present}
+        jobs = [job for job in jobs if job.id not in retried]
         jobs.sort(key=lambda job: job.id)  # ids increase with creation: the start order
         waited_on = {dep for job in jobs for dep in job.depends_on}
         tails = [job.id for job in jobs if job.id not in waited_on]
-        return cls(runtime, workflow_id, runtime.bind_all(jobs), tails)
+        loaded = cls(runtime, workflow_id, runtime.bind_all(jobs), tails)
+        loaded._retried = retried
+        return loaded
 
     def on(self, runtime: Runtime) -> Workflow:
         """This workflow read through ``runtime`` (``start_sync`` started it on a twin)."""
@@ -191,6 +199,7 @@ class Workflow:
         fresh = await Workflow.load(self._runtime, self.id)
         if fresh is not None:
             self.jobs = fresh.jobs
+            self._tails = [_latest(tail, fresh._retried) for tail in self._tails]
         return self
 
     async def wait(self, timeout: float | None = None, poll: float = 0.05) -> Any:
@@ -236,3 +245,11 @@ class Workflow:
 
     def __repr__(self) -> str:
         return f"<Workflow {self.id} {self.state.value}, {len(self.jobs)} jobs>"
+
+
+def _latest(job_id: str, retried: dict[str, str]) -> str:
+    """The job that stands for ``job_id`` after dead-letter retries (a copy can
+    fail and be retried in turn)."""
+    while job_id in retried:
+        job_id = retried[job_id]
+    return job_id

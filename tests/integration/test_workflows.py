@@ -151,3 +151,39 @@ async def test_start_sync_from_sync_code(stack: Stack) -> None:
     workflow = app.start_sync(chain(t.number.step(n=2), t.double.step()))
     assert len(workflow.jobs) == 2
     assert workflow.jobs[1].depends_on == [workflow.jobs[0].id]
+
+
+async def test_retrying_a_failed_step_from_the_dead_letter_queue_resumes(stack: Stack) -> None:
+    """A diamond whose middle step fails once: retried, the workflow completes,
+    and the join reads the copy's result."""
+    app, t = arithmetic(stack)
+    calls: list[int] = []
+
+    @app.task("flaky")
+    async def flaky(ctx: JobContext) -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("not this time")
+        (before,) = await ctx.dependency_results()
+        return int(before) * 10
+
+    root = t.number.step(n=3)
+    workflow = await app.start(
+        chain(root, group(t.double.step(), app.step("flaky", attempts=1)), t.total.step())
+    )
+    async with running(app):
+        with pytest.raises(JobFailed):
+            await workflow.wait(timeout=20)
+        failed = next(job for job in workflow.jobs if job.task == "flaky")
+        join = workflow.jobs[-1]
+        assert join.state is JobState.CANCELLED
+        assert join.failure_reason is FailureReason.DEPENDENCY_FAILED
+
+        copy = await app.dlq.retry(failed.id)
+        assert copy.workflow_id == workflow.id
+        assert await workflow.wait(timeout=20) == 36  # 6 + 30
+    assert workflow.state is WorkflowState.COMPLETED
+    done = {job.task: job for job in workflow.jobs}
+    assert done["flaky"].id == copy.id
+    assert done["total"].depends_on[1] == copy.id
+    assert len(calls) == 2

@@ -372,7 +372,18 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def retry_failed(self, job_id: str, new_id: str) -> Job:
         """Copy a failed job into a new waiting job with fresh attempts and the same
-        ``ttl`` (``expires_at = now + ttl``); the original gets ``retried_as``.
+        ``ttl`` (``expires_at = now + ttl``), ``workflow_id``, ``depends_on`` and
+        ``on_dependency_failure``; the original gets ``retried_as``.
+
+        In the same operation the workflow resumes: each job cancelled
+        ``dependency_failed`` because of the original (it depends on it, or on a
+        job cancelled that way, transitively) goes back to ``blocked``
+        (``failure_reason`` and ``finished_at`` cleared) with the copy's id in
+        place of the original's in its ``depends_on``, and is released or
+        cancelled by its dependencies as usual. One that also depends on another
+        failed or cancelled job stays cancelled (nothing would release it), as
+        do jobs cancelled otherwise and every other job (see
+        :mod:`conveyor.backends.resume`).
 
         Once per dead letter, atomically: a failed job that already has
         ``retried_as`` creates nothing and returns that job with

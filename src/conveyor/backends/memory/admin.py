@@ -16,8 +16,9 @@ from conveyor.backends.base import (
 )
 from conveyor.backends.memory.reads import select
 from conveyor.backends.memory.store import Row, Store, deadline, to_job
+from conveyor.backends.resume import FINISHED_STATES, replace_dependency, resumed_dependents
 from conveyor.errors import BackendError, InvalidStateError, JobNotFound
-from conveyor.job import Job, JobState
+from conveyor.job import FailureReason, Job, JobState
 
 
 # -- jobs ------------------------------------------------------------------
@@ -62,11 +63,53 @@ def retry_failed(store: Store, job_id: str, new_id: str) -> Job:
         tenant=row.tenant,
         metadata=row.metadata,
         retry_of=job_id,
+        depends_on=row.depends_on,
+        on_dependency_failure=row.on_dependency_failure,
+        workflow_id=row.workflow_id,
     )
     store.insert(copy)
     row.retried_as = new_id
+    _resume_dependents(store, job_id, copy)
     store.notify([copy.queue])
     return to_job(copy)
+
+
+def _resume_dependents(store: Store, original: str, copy: Row) -> None:
+    """The jobs cancelled ``dependency_failed`` downstream of ``original`` go back
+    to blocked, waiting on ``copy`` instead (see :mod:`conveyor.backends.resume`)."""
+    waiting_on: dict[str, list[Row]] = {}
+    for cancelled_id in store.by_state[JobState.CANCELLED]:
+        cancelled = store.jobs[cancelled_id]
+        if cancelled.failure_reason is FailureReason.DEPENDENCY_FAILED:
+            for dep_id in cancelled.depends_on:
+                waiting_on.setdefault(dep_id, []).append(cancelled)
+    found: dict[str, Row] = {}
+    frontier = [original]
+    while frontier:
+        for row in waiting_on.get(frontier.pop(), ()):
+            if row.id not in found:
+                found[row.id] = row
+                frontier.append(row.id)
+    if not found:
+        return
+    states = {
+        dep_id: dep.state.value
+        for row in found.values()
+        for dep_id in row.depends_on
+        if (dep := store.jobs.get(dep_id)) is not None
+    }
+    for job_id in resumed_dependents(original, {i: r.depends_on for i, r in found.items()}, states):
+        row = found[job_id]
+        row.depends_on = tuple(replace_dependency(row.depends_on, original, copy.id))
+        row.failure_reason = None
+        row.finished_at = None
+        store.move(row, JobState.BLOCKED)
+        for dep_id in row.depends_on:
+            dep = store.jobs.get(dep_id)
+            if dep is not None and dep.state.value not in FINISHED_STATES:
+                if dep.dependents is None:
+                    dep.dependents = []
+                dep.dependents.append(row.id)
 
 
 def delete_jobs(store: Store, job_ids: Sequence[str]) -> int:

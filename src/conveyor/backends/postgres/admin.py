@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from conveyor.backends.base import CircuitInfo, CircuitState, JobFilter, WorkerInfo, earlier_retry
-from conveyor.backends.postgres.connection import Pool
+from conveyor.backends.postgres.connection import Conn, Pool
 from conveyor.backends.postgres.decode import job_from_row
 from conveyor.backends.postgres.queries import Queries
 from conveyor.backends.postgres.reads import filter_args, get_jobs
 from conveyor.backends.postgres.settle import CIRCUIT_STATES
+from conveyor.backends.resume import FINISHED_STATES, replace_dependency, resumed_dependents
 from conveyor.backends.rows import worker_blob, worker_from_blob
 from conveyor.errors import InvalidStateError, JobNotFound
 from conveyor.job import Job, JobState
@@ -41,9 +42,41 @@ async def retry_failed(pool: Pool, q: Queries, job_id: str, new_id: str) -> Job:
             return earlier_retry(job_id, retried_as, [job_from_row(r) for r in rows])
         queue = await conn.fetchval(q.insert_retry_copy, job_id, new_id)
         await conn.execute(q.mark_retried, job_id, new_id)
+        await _resume_dependents(conn, q, job_id, new_id)
         await conn.execute(q.notify, [queue])
         rows = await conn.fetch(q.jobs_by_ids, [new_id])
     return job_from_row(rows[0])
+
+
+async def _resume_dependents(conn: Conn, q: Queries, original: str, copy: str) -> None:
+    """The jobs cancelled ``dependency_failed`` downstream of ``original`` go back
+    to blocked, waiting on ``copy`` instead (see :mod:`conveyor.backends.resume`).
+    One query per level of the chain, in the retry's transaction."""
+    found: dict[str, list[str]] = {}
+    level = [original]
+    while level:
+        rows = await conn.fetch(q.cancelled_dependents, level)
+        level = [r[0] for r in rows if r[0] not in found]
+        found.update((r[0], list(r[1])) for r in rows)
+    if not found:
+        return
+    named = sorted({d for deps in found.values() for d in deps})
+    rows = await conn.fetch(q.dependency_states_for_update, named)
+    states: dict[str, str] = {r[0]: r[1] for r in rows}
+    states[copy] = JobState.WAITING.value
+    resumed = resumed_dependents(original, found, states)
+    if not resumed:
+        return
+    edge_deps: list[str] = []
+    edge_jobs: list[str] = []
+    for job_id in resumed:
+        for dep_id in replace_dependency(found[job_id], original, copy):
+            if states.get(dep_id) not in FINISHED_STATES:
+                edge_deps.append(dep_id)
+                edge_jobs.append(job_id)
+        states[job_id] = JobState.BLOCKED.value
+    await conn.execute(q.resume_dependents, resumed, original, copy)
+    await conn.execute(q.add_dependency_edges, edge_deps, edge_jobs)
 
 
 async def delete_jobs(pool: Pool, q: Queries, job_ids: Sequence[str]) -> int:

@@ -63,6 +63,10 @@ class Queries:
     cancel_job: LiteralString
     retry_target_for_update: LiteralString
     insert_retry_copy: LiteralString
+    cancelled_dependents: LiteralString
+    dependency_states_for_update: LiteralString
+    resume_dependents: LiteralString
+    add_dependency_edges: LiteralString
     mark_retried: LiteralString
     notify: LiteralString
     delete_jobs: LiteralString

@@ -216,11 +216,14 @@ SELECT c.* FROM c, resolved;
 SELECT state, retried_as FROM __schema__.jobs WHERE id = $1::text FOR UPDATE;
 
 -- name: insert_retry_copy
--- Copy failed job $1 into a new waiting job $2, fresh attempts, same TTL from now.
+-- Copy failed job $1 into a new waiting job $2, fresh attempts, same TTL from
+-- now, same place in a workflow (depends_on, its policy, workflow_id).
 INSERT INTO __schema__.jobs (id, task, queue, state, priority, max_attempts, timeout, ttl,
-                             run_at, created_at, expires_at, tenant, retry_of, payload, metadata)
+                             run_at, created_at, expires_at, tenant, retry_of, payload, metadata,
+                             depends_on, on_dependency_failure, workflow_id)
 SELECT $2::text, o.task, o.queue, 'waiting', o.priority, o.max_attempts, o.timeout, o.ttl,
-       t.now, t.now, t.now + o.ttl, o.tenant, o.id, o.payload, o.metadata
+       t.now, t.now, t.now + o.ttl, o.tenant, o.id, o.payload, o.metadata,
+       o.depends_on, o.on_dependency_failure, o.workflow_id
 FROM __schema__.jobs AS o,
      (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) AS t
 WHERE o.id = $1::text
@@ -228,6 +231,42 @@ RETURNING queue;
 
 -- name: mark_retried
 UPDATE __schema__.jobs SET retried_as = $2::text WHERE id = $1::text;
+
+-- name: cancelled_dependents
+-- The jobs cancelled dependency_failed that depend on one of $1, with their
+-- depends_on, locked: what a dead-letter retry may resume. Through
+-- jobs_finished (cancelled jobs only); a dead-letter retry is rare.
+SELECT j.id, j.depends_on FROM __schema__.jobs AS j
+WHERE j.state = 'cancelled' AND j.finished_at IS NOT NULL
+  AND j.failure_reason = 'dependency_failed' AND j.depends_on && $1::text[]
+ORDER BY j.id
+FOR NO KEY UPDATE;
+
+-- name: dependency_states_for_update
+-- The states of jobs $1, locked in id order: one that finishes meanwhile waits
+-- for this transaction, then finds the dependency rows it wrote.
+SELECT j.id, j.state FROM __schema__.jobs AS j
+WHERE j.id = ANY ($1::text[])
+ORDER BY j.id
+FOR NO KEY UPDATE;
+
+-- name: resume_dependents
+-- The cancelled dependents $1 of retried job $2 wait again, on its copy $3.
+UPDATE __schema__.jobs AS j
+SET state = 'blocked', failure_reason = NULL, finished_at = NULL,
+    depends_on = array_replace(j.depends_on, $2::text, $3::text)
+WHERE j.id = ANY ($1::text[]) AND j.state = 'cancelled';
+
+-- name: add_dependency_edges
+-- Blocked jobs $2 wait on unfinished jobs $1 (pairwise); those are flagged so
+-- that finishing them resolves their dependents.
+WITH edges AS (
+    INSERT INTO __schema__.job_dependencies (depends_on, job_id)
+    SELECT e.dep, e.job FROM unnest($1::text[], $2::text[]) AS e(dep, job)
+    ON CONFLICT DO NOTHING
+)
+UPDATE __schema__.jobs AS j SET has_dependents = true
+WHERE j.id = ANY ($1::text[]) AND NOT j.has_dependents;
 
 -- name: notify
 SELECT pg_notify('__channel__', q) FROM unnest($1::text[]) AS q;

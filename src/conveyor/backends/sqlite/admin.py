@@ -10,15 +10,16 @@ import time
 from collections.abc import Sequence
 
 from conveyor.backends.base import CircuitInfo, CircuitState, JobFilter, WorkerInfo, earlier_retry
+from conveyor.backends.resume import FINISHED_STATES, replace_dependency, resumed_dependents
 from conveyor.backends.rows import worker_blob, worker_from_blob
 from conveyor.backends.sqlite.connection import ThreadConnection
 from conveyor.backends.sqlite.decode import Row, job_from_row
 from conveyor.backends.sqlite.dependencies import finished_with_dependents, resolve_dependents
-from conveyor.backends.sqlite.queries import Q
+from conveyor.backends.sqlite.queries import Q, json_param
 from conveyor.backends.sqlite.reads import filter_params, get_jobs
 from conveyor.errors import InvalidStateError, JobNotFound
 from conveyor.job import Job, JobState
-from conveyor.serialization import dumps_str
+from conveyor.serialization import dumps_str, loads
 
 #: Rows deleted per transaction by purges and retention, so a big cleanup never
 #: holds the write lock for long (the caller loops until a chunk comes back short).
@@ -52,7 +53,36 @@ def retry_failed(conn: sqlite3.Connection, job_id: str, new_id: str) -> Job:
     params = {"id": job_id, "new_id": new_id, "now": time.time()}
     conn.execute(Q.insert_retry_copy, params)
     conn.execute(Q.mark_retried, params)
+    _resume_dependents(conn, job_id, new_id)
     return get_jobs(conn, [new_id])[0]
+
+
+def _resume_dependents(conn: sqlite3.Connection, original: str, copy: str) -> None:
+    """The jobs cancelled ``dependency_failed`` downstream of ``original`` go back
+    to blocked, waiting on ``copy`` instead (see :mod:`conveyor.backends.resume`).
+    One query per level of the chain: a dead-letter retry is rare."""
+    found: dict[str, list[str]] = {}
+    level = [original]
+    while level:
+        rows = conn.execute(Q.cancelled_dependents, {"ids": json_param(level)}).fetchall()
+        level = [job_id for job_id, _ in rows if job_id not in found]
+        for job_id, depends_on in rows:
+            found[job_id] = loads(depends_on)
+    if not found:
+        return
+    named = sorted({d for deps in found.values() for d in deps})
+    states = dict(conn.execute(Q.dependency_states, {"ids": json_param(named)}).fetchall())
+    states[copy] = JobState.WAITING.value
+    updates: list[tuple[str, str]] = []
+    edges: list[tuple[str, str]] = []
+    for job_id in resumed_dependents(original, found, states):
+        depends_on = replace_dependency(found[job_id], original, copy)
+        updates.append((job_id, json_param(depends_on)))
+        edges.extend((d, job_id) for d in depends_on if states.get(d) not in FINISHED_STATES)
+        states[job_id] = JobState.BLOCKED.value
+    conn.executemany(Q.resume_dependent, updates)
+    conn.executemany(Q.add_dependencies, edges)
+    conn.execute(Q.mark_has_dependents, {"ids": json_param(sorted({d for d, _ in edges}))})
 
 
 def remember_final_states(conn: sqlite3.Connection, deleted: list[Row]) -> None:

@@ -102,6 +102,8 @@ class Queries:
     cancel_job: LiteralString
     retry_target: LiteralString
     insert_retry_copy: LiteralString
+    cancelled_dependents: LiteralString
+    resume_dependent: LiteralString
     mark_retried: LiteralString
     delete_jobs: LiteralString
     purge_jobs: LiteralString

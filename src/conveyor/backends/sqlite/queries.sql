@@ -585,13 +585,34 @@ WHERE id = :id;
 
 -- name: insert_retry_copy
 -- Copy failed job :id into a new waiting job :new_id with fresh attempts and
--- no idempotency key; it keeps the effective TTL, counted from :now. Tables: jobs.
+-- no idempotency key; it keeps the effective TTL, counted from :now, and its
+-- place in a workflow (depends_on, on_dependency_failure, workflow_id).
+-- Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
-                  created_at, expires_at, tenant, retry_of, payload, metadata)
+                  created_at, expires_at, tenant, retry_of, payload, metadata,
+                  depends_on, on_dependency_failure, workflow_id)
 SELECT :new_id, task, queue, 'waiting', priority, max_attempts, timeout, ttl, :now, :now,
-       :now + ttl, tenant, id, payload, metadata
+       :now + ttl, tenant, id, payload, metadata, depends_on, on_dependency_failure, workflow_id
 FROM jobs
 WHERE id = :id;
+
+-- name: cancelled_dependents
+-- The jobs cancelled dependency_failed that depend on one of :ids (JSON
+-- array), with their depends_on: what a dead-letter retry may resume. Through
+-- jobs_finished (cancelled jobs only). Tables: jobs.
+SELECT id, depends_on
+FROM jobs
+WHERE state = 'cancelled' AND finished_at IS NOT NULL AND failure_reason = 'dependency_failed'
+  AND EXISTS (SELECT 1 FROM json_each(jobs.depends_on) AS d
+              WHERE d.value IN (SELECT value FROM json_each(:ids)));
+
+-- name: resume_dependent
+-- A cancelled dependent of a retried job waits again (executemany): blocked,
+-- ?2 its depends_on (JSON array) with the copy in place of the original.
+-- Tables: jobs.
+UPDATE jobs
+SET state = 'blocked', failure_reason = NULL, finished_at = NULL, depends_on = ?2
+WHERE id = ?1 AND +state = 'cancelled';
 
 -- name: mark_retried
 -- The original failed job points at its retry. Tables: jobs.

@@ -100,24 +100,25 @@ for q, count in pairs(added) do
 end
 
 -- Where a new job with dependencies `deps` starts, `usual` being waiting or
--- delayed: cancelled when one failed or was cancelled (unless `runs_anyway`),
--- else blocked on the distinct ones not finished yet (returned too), else
--- `usual`. Jobs earlier in the batch are written by then: one read each.
+-- delayed: cancelled when one failed or was cancelled (unless `runs_anyway`;
+-- the failed ones are returned too), else blocked on the distinct ones not
+-- finished yet (returned too), else `usual`. Jobs earlier in the batch are
+-- written by then: one read each.
 local function dependency_state(deps, runs_anyway, usual)
   local unfinished, counted = {}, {}
-  local failed = false
+  local failed = {}
   for _, dep in ipairs(deps) do
     if not counted[dep] then
       counted[dep] = true
       local s = redis.call('HGET', jkey(dep), 's')
       if s == 'failed' or s == 'cancelled' then
-        if not runs_anyway then failed = true end
+        if not runs_anyway then failed[#failed + 1] = dep end
       elseif s and s ~= 'completed' then  -- a job gone since counts as completed
         unfinished[#unfinished + 1] = dep
       end
     end
   end
-  if failed then return 'cancelled', nil end
+  if #failed > 0 then return 'cancelled', failed end
   if #unfinished > 0 then return 'blocked', unfinished end
   return usual, nil
 end
@@ -185,7 +186,7 @@ for i = 1, n do
       if state == 'cancelled' then
         fields[n_ + 1] = 'fr'; fields[n_ + 2] = 'dependency_failed'
         fields[n_ + 3] = 'fa'; fields[n_ + 4] = nowtext; n_ = n_ + 4
-      elseif unfinished then
+      elseif state == 'blocked' then
         fields[n_ + 1] = 'pd'; fields[n_ + 2] = #unfinished; n_ = n_ + 2
       end
     end
@@ -229,6 +230,9 @@ for i = 1, n do
       end
     else
       redis.call('ZADD', donekey('cancelled'), now, id)
+      -- Cancelled by failed dependencies: their dependents sets keep it, for a
+      -- dead-letter retry of one of them to resume it (retry-3).
+      for _, dep in ipairs(unfinished) do redis.call('SADD', depkey(dep), id) end
     end
     if ik then
       local key = idemkey(ik)

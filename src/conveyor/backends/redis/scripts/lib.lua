@@ -113,8 +113,9 @@ local function remove_job(id, counts)
   redis.call('ZREM', K_ALL, id)
   if not f[1] then return false end
   unindex(id, f[1], f[2], f[3], f[4], f[5])
-  -- Its dependents set, if any: a terminal job's is gone already, a deleted
-  -- live job's dependents stay blocked (as when its row is lost).
+  -- Its dependents set, if any: a completed job's is gone already, a failed
+  -- or cancelled one's names jobs resolved already, a deleted live job's
+  -- dependents stay blocked (as when its row is lost).
   redis.call('DEL', key, pkey(id), depkey(id))
   bump(counts, f[2], f[1], nil)
   if f[6] then
@@ -158,8 +159,11 @@ local function resolve_dependents(finished, now, counts, woken)
     local dk = depkey(id)
     local dependents = redis.call('SMEMBERS', dk)
     if #dependents > 0 then
-      redis.call('DEL', dk)
       local completed = redis.call('HGET', jkey(id), 's') == 'completed'
+      -- A failed or cancelled job keeps its set (read once all the same: it
+      -- never finishes again), for a dead-letter retry to find the dependents
+      -- it cancelled (retry-3); deleting the job deletes the set.
+      if completed then redis.call('DEL', dk) end
       for _, d in ipairs(dependents) do
         local key = jkey(d)
         local f = redis.call('HMGET', key, 's', 'of', 'q', 't', 'pr', 'ra', 'ttl', 'dn')
