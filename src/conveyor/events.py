@@ -12,6 +12,8 @@
 | ``expired`` | claim, a waiting job passed its TTL | ``job`` |
 | ``stalled`` | stall reaper, a lease expired | ``job``, ``requeued`` |
 | ``cancelled`` | app or worker | ``job`` |
+| ``workflow_completed`` | worker, it finished a workflow's last job | ``workflow_id``, ``job`` |
+| ``workflow_failed`` | worker, a job failed/cancelled | ``workflow_id``, ``state``, ``job`` |
 | ``circuit_opened`` | worker, from the backend's answer | ``task``, ``circuit`` |
 | ``circuit_closed`` | worker, from the backend's answer | ``task``, ``circuit`` |
 | ``worker_started`` / ``worker_stopped`` | worker | ``worker_id`` |
@@ -45,6 +47,8 @@ EVENT_NAMES = frozenset(
         "expired",
         "stalled",
         "cancelled",
+        "workflow_completed",
+        "workflow_failed",
         "circuit_opened",
         "circuit_closed",
         "worker_started",

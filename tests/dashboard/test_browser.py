@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
+from conveyor import chain, group
 from conveyor.app import Conveyor
 from support.services import missing_service
 
@@ -412,3 +413,34 @@ def test_wrong_sign_ins_are_throttled_and_sign_out_revokes_the_cookie(
         tab.close()
     finally:
         own.stop()
+
+
+def test_a_workflow_page_draws_its_graph_and_links_its_jobs(
+    tabs: Any, site: tuple[Site, Seeded]
+) -> None:
+    server, _ = site
+
+    async def start(app: Conveyor) -> tuple[str, list[str]]:
+        build = app.tasks["report.build"]
+        steps = chain(build.step(pages=1), group(build.step(pages=2), build.step(pages=3)))
+        workflow = await app.start(steps)
+        return workflow.id, [job.id for job in workflow.jobs]
+
+    workflow_id, job_ids = with_app(server.url, start)
+    page = tabs().sign_in(READ)
+    page.goto(f"/jobs/{job_ids[-1]}")
+    page.get_by_role("link", name=workflow_id).click()
+    expect(page.get_by_role("heading", name=re.compile("^Workflow"))).to_be_visible()
+    graph = page.get_by_role("img", name=re.compile("layers by dependency depth"))
+    expect(graph).to_be_visible()
+    expect(page.locator("svg a[data-node]")).to_have_count(3)
+    expect(page.locator("svg path.wf-edge")).to_have_count(2)
+    expect(page.locator("[data-progress]")).to_contain_text("/3")
+    box = page.locator("svg rect.wf-node").first.bounding_box()
+    assert box is not None
+    assert box["width"] > 100  # the stylesheet and the SVG geometry apply
+    shot(page, "workflow")
+    page.locator('svg a[data-node="1"]').click()
+    expect(page).to_have_url(re.compile(f"/jobs/{job_ids[0]}$"))
+    page.goto("/jobs")
+    expect(page.get_by_label("State").locator("option", has_text="blocked")).to_have_count(1)

@@ -23,6 +23,10 @@ OPEN = {"/health/live", "/health/startup", "/health/ready", "/api/v1/openapi.jso
 GRANTS = {READ: {"read"}, ENQUEUE: {"enqueue"}, ADMIN: {"read", "enqueue", "admin"}}
 
 
+#: The POSTs an ``enqueue`` token may make (a step is a job's body too).
+ENQUEUE_PATHS = {"/api/v1/jobs", "/api/v1/workflows"}
+
+
 def needed_scope(op: dict[str, Any]) -> str | None:
     security = op["security"]
     return security[0]["bearer"][0] if security else None
@@ -34,7 +38,8 @@ async def prepared(app: Conveyor) -> dict[str, str]:
     await app.scheduler().sync()
     failed = await app.enqueue("fail")
     await app.drain()
-    return {"job_id": failed.id, "name": "tick", "task": "fail"}
+    workflow = await app.start(app.step("add", {"a": 1, "b": 1}))
+    return {"job_id": failed.id, "name": "tick", "task": "fail", "workflow_id": workflow.id}
 
 
 def request_for(method: str, path: str, ids: dict[str, str]) -> tuple[str, str, Any]:
@@ -44,7 +49,7 @@ def request_for(method: str, path: str, ids: dict[str, str]) -> tuple[str, str, 
     if path == "/api/v1/queues/{name}/pause" or path == "/api/v1/queues/{name}/resume":
         url = path.replace("{name}", "default")
     body: Any = None
-    if path == "/api/v1/jobs" and method == "POST":
+    if path in ENQUEUE_PATHS and method == "POST":
         body = {"task": "add", "payload": {"a": 1, "b": 2}}
     elif path == "/api/v1/dlq/purge":
         body = {"task": "fail"}
@@ -62,7 +67,7 @@ def test_every_route_is_documented_and_protected_as_designed() -> None:
             continue
         if method == "GET":
             assert scope == "read", path
-        elif path == "/api/v1/jobs":
+        elif path in ENQUEUE_PATHS:
             assert scope == "enqueue"
         else:
             assert scope == "admin", (method, path)

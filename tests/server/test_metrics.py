@@ -14,8 +14,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from conveyor import chain
 from conveyor.app import Conveyor
 from conveyor.backends.base import DURATION_BUCKETS, ClaimRequest, WorkerInfo
+from support.kits import KITS, backend_params
 
 from .conftest import READ, Serve, auth, make_app
 
@@ -146,3 +148,17 @@ async def test_metrics_count_jobs_run_by_separate_worker_processes(
     total = value(durations, "conveyor_job_duration_seconds_sum", task="nap", queue="default")
     assert 0.2 <= total < 5  # 10 x 0.01 + 10 x 0.02 = 0.3 s of naps
     assert value(m["conveyor_dead_letters"], "conveyor_dead_letters", queue="default") == 2
+
+
+@pytest.mark.parametrize("backend", backend_params())
+async def test_blocked_jobs_are_a_queue_depth(serve: Serve, tmp_path: Path, backend: str) -> None:
+    kit = KITS[backend](tmp_path)
+    try:
+        app, client = await serve(kit.url())
+        add = app.tasks["add"]
+        await app.start(chain(add.step(a=1, b=1), add.step(a=2, b=2), add.step(a=3, b=3)))
+        depth = (await scrape(client))["conveyor_queue_depth"]
+        assert value(depth, "conveyor_queue_depth", queue="default", state="blocked") == 2
+        assert value(depth, "conveyor_queue_depth", queue="default", state="waiting") == 1
+    finally:
+        await kit.cleanup()

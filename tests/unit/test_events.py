@@ -32,10 +32,12 @@ SPEC_EVENTS = {
 
 #: Beyond SPEC §3's list: the scheduler's own (docs/reference/events.md).
 SCHEDULER_EVENTS = {"schedule_fired", "schedule_missed"}
+#: Issue 17's, told by the worker that finishes a workflow.
+WORKFLOW_EVENTS = {"workflow_completed", "workflow_failed"}
 
 
 def test_event_names_are_the_specs() -> None:
-    assert set(EVENT_NAMES) == SPEC_EVENTS | SCHEDULER_EVENTS
+    assert set(EVENT_NAMES) == SPEC_EVENTS | SCHEDULER_EVENTS | WORKFLOW_EVENTS
 
 
 @pytest.mark.parametrize("name", ["complete", "COMPLETED", "", "job.completed", "started"])

@@ -24,6 +24,7 @@ from conveyor.cli.schedules import schedules_group
 from conveyor.cli.serve import serve_command
 from conveyor.cli.worker import worker_command
 from conveyor.cli.workers import workers_command
+from conveyor.cli.workflows import workflows_group
 
 
 @click.group(cls=ConveyorGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,6 +43,7 @@ for command in (
     worker_command,
     enqueue_command,
     jobs_group,
+    workflows_group,
     dlq_group,
     queues_group,
     workers_command,

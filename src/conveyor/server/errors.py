@@ -51,6 +51,7 @@ _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
     (errors.ScheduleNotFound, 404, "not_found"),
     (errors.InvalidSchedule, 422, "invalid_schedule"),
     (errors.UnknownTask, 422, "unknown_task"),
+    (errors.InvalidWorkflow, 422, "invalid_workflow"),
     (errors.InvalidStateError, 409, "invalid_state"),
     (errors.BackendUnavailable, 503, "backend_unavailable"),
     (errors.BackendError, 503, "backend_error"),

@@ -116,6 +116,8 @@ _HEALTH_ERRORS = ("401", "403")
 
 
 def _paths() -> dict[str, Any]:
+    from conveyor.server import openapi_workflows  # it builds on the helpers above
+
     job, page = _ref("Job"), _ref("JobPage")
     not_found = {"404": _json(_ref("Error"), "No such job")}
     return {
@@ -263,6 +265,7 @@ def _paths() -> dict[str, Any]:
                 tag="jobs",
             ),
         },
+        **openapi_workflows.paths(),
         "/api/v1/dlq": {
             "get": _op(
                 "List dead letters (failed jobs)",
@@ -420,11 +423,14 @@ _INT = {"type": "integer"}
 
 
 def _schemas() -> dict[str, Any]:
+    from conveyor.server import openapi_workflows
+
     schemas: dict[str, Any] = {}
     for model in (EnqueueBody, PurgeBody, CronBody):
         schema = model.model_json_schema(ref_template=_REF)
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
+    schemas.update(openapi_workflows.schemas())
     error = _obj(error=_obj(type=_STR, message=_STR))
     error["required"] = ["error"]
     job = _obj(

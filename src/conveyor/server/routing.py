@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 M = TypeVar("M", bound=pydantic.BaseModel)
+T = TypeVar("T")
 
 
 def state_of(request: Request) -> ServerState:
@@ -81,10 +82,26 @@ async def read_json(request: Request) -> Any:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
 
 
+#: Tags a discriminated union adds to an error's location (workflow nodes):
+#: "chain.chain.0.step.task" reads "chain.0.task".
+_UNION_TAGS = frozenset({"step", "chain", "group", "chord"})
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    kept = [
+        str(part)
+        for i, part in enumerate(loc)
+        if not (
+            part in _UNION_TAGS and (part == "step" or (i + 1 < len(loc) and loc[i + 1] == part))
+        )
+    ]
+    return ".".join(kept) or "body"
+
+
 def _describe(exc: pydantic.ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "body"
+        where = _where(err["loc"])
         parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
 
@@ -95,6 +112,17 @@ async def read_body(request: Request, model: type[M]) -> M:
         raise ApiError(422, "invalid_body", "the body must be a JSON object")
     try:
         return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ApiError(422, "invalid_body", _describe(exc)) from None
+
+
+def validate_body(data: Any, adapter: pydantic.TypeAdapter[T]) -> T:
+    """Like ``read_body``, for a JSON body already read that is a union of
+    models (a workflow)."""
+    if not isinstance(data, dict):
+        raise ApiError(422, "invalid_body", "the body must be a JSON object")
+    try:
+        return adapter.validate_python(data)
     except pydantic.ValidationError as exc:
         raise ApiError(422, "invalid_body", _describe(exc)) from None
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from conveyor.backends.base import Backend, CircuitInfo, Settlement
+from conveyor.backends.base import Backend, CircuitInfo, Settlement, SettleResult
 from conveyor.errors import BackendError
 from conveyor.job import Job
 
@@ -27,11 +27,14 @@ class Acker:
         on_refused: Callable[[set[str]], None],
         on_circuit: Callable[[list[CircuitInfo]], None],
         on_cancelled: Callable[[list[Job]], None],
+        on_stored: Callable[[list[tuple[Settlement, Job]], SettleResult], Awaitable[None]]
+        | None = None,
     ) -> None:
         self._backend = backend
         self._on_refused = on_refused
         self._on_circuit = on_circuit
         self._on_cancelled = on_cancelled
+        self._on_stored = on_stored
         self._pending: list[tuple[Settlement, Job]] = []
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
@@ -75,6 +78,8 @@ class Acker:
                 self._on_circuit(result.circuit_changes)
             if result.cancelled:
                 self._on_cancelled([job for s, job in batch if s.job_id in result.cancelled])
+            if self._on_stored is not None:
+                await self._on_stored(batch, result)
         self._idle.set()
 
     async def drain_at_exit(self, timeout: float = 10.0) -> None:

@@ -58,6 +58,7 @@ from conveyor.worker.reports import SettleReports
 from conveyor.worker.running import Running
 from conveyor.worker.stats import StatsReporter
 from conveyor.worker.supervision import SideRoles
+from conveyor.worker.workflow_events import WorkflowWatch
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -214,7 +215,10 @@ class Worker:
         self._read_jobs = backend.get_jobs  # for ctx.dependency_results
         self.executor = BatchExecutor(runtime, self.id, threads=self.concurrency)
         reports = SettleReports(runtime.events)
-        self.acker = Acker(backend, reports.refused, reports.circuits, reports.cancelled)
+        watch = WorkflowWatch(backend, runtime.events)
+        self.acker = Acker(
+            backend, reports.refused, reports.circuits, reports.cancelled, watch.settled
+        )
         self.leases = LeaseKeeper(
             backend,
             self.id,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from conveyor.server.api import circuits, dlq, jobs, queues, schedules, workers
+from conveyor.server.api import circuits, dlq, jobs, queues, schedules, workers, workflows
 
 ROUTES: list[Route] = [
     *jobs.ROUTES,
+    *workflows.ROUTES,
     *dlq.ROUTES,
     *queues.ROUTES,
     *schedules.ROUTES,

@@ -36,7 +36,7 @@ async def list_jobs(request: Request) -> Response:
     return json_response(job_page(jobs, total, q.limit, q.offset))
 
 
-def _options(body: EnqueueBody) -> dict[str, Any]:
+def enqueue_options(body: EnqueueBody) -> dict[str, Any]:
     options = body.model_dump(exclude={"task", "payload"}, exclude_none=True)
     for key in ("delay", "timeout", "ttl"):
         if key in options:
@@ -48,7 +48,7 @@ async def enqueue(request: Request) -> Response:
     body = await read_body(request, EnqueueBody)
     app = app_of(request)
     check_task_known(app.tasks, body.task)
-    job = await app.enqueue(body.task, body.payload, **_options(body))
+    job = await app.enqueue(body.task, body.payload, **enqueue_options(body))
     # A live idempotency key returns the existing job: nothing was created.
     return json_response(job.to_dict(), status=200 if job.duplicate else 201)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
 from conveyor.job import FailureReason, JobState
 from conveyor.producer import PRIORITY_MAX, PRIORITY_MIN
@@ -46,6 +46,59 @@ class EnqueueBody(Body):
     queue: Name | None = None
     ttl: DurationValue | None = None
     worker: Name | None = None
+
+
+#: How deep a workflow sent as JSON may nest (chains of groups of chains...).
+MAX_WORKFLOW_DEPTH = 32
+#: How many parts one chain or group of a JSON workflow may have.
+MAX_WORKFLOW_PARTS = 10_000
+
+
+def _node_kind(value: Any) -> str:
+    """Which shape a workflow node is: named by its one key, else a step."""
+    if isinstance(value, dict):
+        for kind in ("chain", "group", "chord"):
+            if kind in value:
+                return kind
+    elif isinstance(value, ChainBody | GroupBody | ChordBody):
+        return type(value).__name__.removesuffix("Body").lower()
+    return "step"
+
+
+class ChainBody(Body):
+    """``{"chain": [node, ...]}``: each part starts when the one before completes."""
+
+    chain: list[WorkflowNode] = Field(min_length=1, max_length=MAX_WORKFLOW_PARTS)
+
+
+class GroupBody(Body):
+    """``{"group": [node, ...]}``: the parts run side by side."""
+
+    group: list[WorkflowNode] = Field(min_length=1, max_length=MAX_WORKFLOW_PARTS)
+
+
+class ChordParts(Body):
+    group: list[WorkflowNode] = Field(min_length=1, max_length=MAX_WORKFLOW_PARTS)
+    callback: WorkflowNode
+
+
+class ChordBody(Body):
+    """``{"chord": {"group": [node, ...], "callback": node}}``."""
+
+    chord: ChordParts
+
+
+#: ``POST /api/v1/workflows``: a step (an ``EnqueueBody``) or a chain, group or chord.
+WorkflowNode = Annotated[
+    Annotated[EnqueueBody, Tag("step")]
+    | Annotated[ChainBody, Tag("chain")]
+    | Annotated[GroupBody, Tag("group")]
+    | Annotated[ChordBody, Tag("chord")],
+    Discriminator(_node_kind),
+]
+for _model in (ChainBody, GroupBody, ChordParts, ChordBody):
+    _model.model_rebuild()
+WORKFLOW_BODY: TypeAdapter[WorkflowNode] = TypeAdapter(WorkflowNode)
 
 
 class JobListQuery(Query):

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from conveyor.durations import parse_duration
-from conveyor.server.dashboard import views
+from conveyor.server.dashboard import views, workflow_view
 from conveyor.server.dashboard.guard import error_page
 from conveyor.server.dashboard.render import render
 from conveyor.server.dashboard.session import Session
@@ -88,6 +88,14 @@ async def job(request: Request, session: Session) -> Response:
             request, session, 404, f"No job with id {job_id!r} (it may have been deleted)."
         )
     return render(request, "job.html", {"nav": "jobs", "d": detail}, session=session)
+
+
+async def workflow(request: Request, session: Session) -> Response:
+    workflow_id: str = request.path_params["workflow_id"]
+    data = await workflow_view.workflow_page(app_of(request), workflow_id)
+    if data is None:
+        return error_page(request, session, 404, f"No workflow with id {workflow_id!r}.")
+    return render(request, "workflow.html", {"nav": "jobs", "w": data}, session=session)
 
 
 async def dead_letters(request: Request, session: Session) -> Response:

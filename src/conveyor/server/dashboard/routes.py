@@ -11,6 +11,7 @@ ROUTES: list[Route] = [
     page("/", pages.overview),
     page("/jobs", pages.jobs),
     page("/jobs/{job_id}", pages.job),
+    page("/workflows/{workflow_id}", pages.workflow),
     page("/dead-letters", pages.dead_letters),
     page("/queues", pages.queues),
     page("/schedules", pages.schedules),
