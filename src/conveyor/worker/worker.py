@@ -13,7 +13,8 @@ Batch tasks (a handler that takes many jobs at once) are gathered by the
 Roles: the claim loop (here), the :class:`Executor` (one job), the
 :class:`Acker` (batched outcomes), the :class:`LeaseKeeper`, the
 :class:`Heartbeat`, and maintenance (stall reaper, retention cleaner). Side
-roles are supervised: one that dies stops the worker loudly.
+roles are supervised: one that dies stops the worker loudly. They are started,
+and the worker shut down, in lifecycle.py.
 
 Shutdown has two phases. Phase one (first SIGTERM/SIGINT, ``stop()``, or a
 burst with nothing due): no more claims; running jobs get ``shutdown_timeout``
@@ -44,15 +45,11 @@ from conveyor.context import JobContext
 from conveyor.errors import BackendError, ConveyorError
 from conveyor.job import Job
 from conveyor.loops import loop_name
-from conveyor.maintenance.periodic import every
-from conveyor.maintenance.retention import RetentionCleaner, retention_rules
-from conveyor.maintenance.stalls import StallReaper
 from conveyor.worker.acker import Acker
 from conveyor.worker.batch_executor import BatchExecutor
 from conveyor.worker.batching import Batcher
-from conveyor.worker.handoffs import HandoffReceiver
-from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.leases import LeaseKeeper
+from conveyor.worker.lifecycle import on_signal, shut_down, start_side_roles
 from conveyor.worker.prefetch import Prefetch
 from conveyor.worker.reports import SettleReports
 from conveyor.worker.running import Running
@@ -64,6 +61,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
     from conveyor.runtime import Runtime
+    from conveyor.worker.handoffs import HandoffReceiver
 
     #: What the claim loop awaits between claims (queues, poll timeout).
     WaitForWork = Callable[[Sequence[str], float], Coroutine[Any, Any, None]]
@@ -192,18 +190,6 @@ class Worker:
                 self.settings.cancel_grace, lambda: run.interrupt("cancel")
             )
 
-    def _on_signal(self, signum: int) -> None:
-        self._signals += 1
-        if self._signals == 1:
-            logger.info(
-                "%s received: finishing running jobs (signal again to force)",
-                signal.Signals(signum).name,
-            )
-            self.stop()
-        else:
-            logger.warning("second signal: cancelling running jobs and releasing them")
-            self.stop(force=True)
-
     # -- the run ----------------------------------------------------------------
     async def run(self) -> None:
         """Run until stopped (or, in burst mode, until nothing is due)."""
@@ -226,7 +212,6 @@ class Worker:
             self.settings.lease,
             self.request_cancel,
         )
-        heartbeat = Heartbeat(backend, self.describe, self.settings.heartbeat_interval)
         self.stats = StatsReporter(backend, self.settings.stats_flush_interval)
         runtime.local_workers.attach(self)
         dispatch = None
@@ -236,41 +221,9 @@ class Worker:
             dispatch = await start_worker_dispatch(self)
         if self.install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
-                self._loop.add_signal_handler(sig, self._on_signal, sig)
+                self._loop.add_signal_handler(sig, on_signal, self, sig)
         try:
-            await heartbeat.beat()
-            self._roles.start("acker", self.acker.run())
-            self._roles.start("leases", self.leases.run())
-            self._roles.start("heartbeat", heartbeat.run())
-            self._roles.start("stats", self.stats.run())
-            if self.maintenance:
-                settings = self.settings
-                reaper = StallReaper(backend, runtime.events, settings.max_stalled)
-                cleaner = RetentionCleaner(
-                    backend,
-                    retention_rules(settings, runtime.tasks.values()),
-                    settings.stats_retention,
-                )
-                if self.burst:
-                    await reaper.run_once()
-                else:
-                    self._roles.start(
-                        "stall reaper",
-                        every(self.settings.stall_interval, reaper.run_once, "stall reaper"),
-                    )
-                    self._roles.start(
-                        "retention",
-                        every(self.settings.cleanup_interval, cleaner.run_once, "retention"),
-                    )
-            # Enqueues claim for this worker while it is idle: it gets new work
-            # without a claim round trip. Caps and rate limits are per claim, so
-            # a stored request would go stale: those workers are woken instead.
-            self._handoff = (
-                backend.hands_off and not self.burst and not self._capped and not self._rate_limited
-            )
-            if self._handoff:
-                self._handoffs = HandoffReceiver(backend, self.id, self.settings.lease, self._take)
-                self._handoffs.started(self._roles.start("handoffs", self._handoffs.run()))
+            await start_side_roles(self, backend)
             runtime.events.emit("worker_started", worker_id=self.id)
             logger.info(
                 "worker %s started: queues %s, concurrency %d, prefetch %d, loop %s",
@@ -282,7 +235,7 @@ class Worker:
             )
             await self._claim_loop()
         finally:
-            await self._shutdown()
+            await shut_down(self)
             if dispatch is not None:
                 await dispatch.close()
             if self.install_signals:
@@ -518,45 +471,3 @@ class Worker:
         run.unsaved_progress = encoded
         if self.runtime.events.has("progress"):
             self.runtime.events.emit("progress", job=job, progress=report)
-
-    # -- shutdown ---------------------------------------------------------------
-    async def _shutdown(self) -> None:
-        self._stopping = True
-        self._roles.may_end("handoffs")
-        if self._handoffs is not None:
-            await self._handoffs.end()
-        self._release_buffered()
-        self._released = True
-        if self.active and not self._forced.is_set():
-            logger.info(
-                "waiting up to %.0fs for %d running job(s)",
-                self.settings.shutdown_timeout,
-                len(self.active),
-            )
-            all_done = asyncio.ensure_future(asyncio.wait(set(self._executing)))
-            forced = asyncio.ensure_future(self._forced.wait())
-            await asyncio.wait(
-                [all_done, forced],
-                timeout=self.settings.shutdown_timeout,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            all_done.cancel()
-            forced.cancel()
-        if self.active:
-            logger.warning(
-                "shutdown deadline: releasing %d running job(s) back to waiting", len(self.active)
-            )
-        for run in list(self.active.values()):
-            run.interrupt("shutdown")
-        if self._executing:
-            await asyncio.wait(set(self._executing), timeout=5)
-        await self.acker.drain_at_exit()
-        await self.stats.flush_at_exit()
-        await self._roles.cancel_all()
-        try:
-            await self.runtime.backend.remove_worker(self.id)
-        except (BackendError, OSError) as exc:
-            logger.warning("could not remove heartbeat: %s", exc)
-        await self.executor.close()
-        self.runtime.events.emit("worker_stopped", worker_id=self.id)
-        await self.runtime.events.flush()

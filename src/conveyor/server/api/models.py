@@ -1,5 +1,6 @@
 """Request bodies and query strings, validated by pydantic: a wrong type or an
-unknown field is a 422 naming the field. Their JSON schemas feed openapi.py."""
+unknown field is a 422 naming the field. Their JSON schemas feed the OpenAPI
+document (server/openapi/schemas.py)."""
 
 from __future__ import annotations
 

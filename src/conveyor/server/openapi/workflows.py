@@ -1,5 +1,5 @@
-"""The workflow operations and schemas of the OpenAPI document (openapi.py
-merges them in; kept apart so that module stays readable)."""
+"""The workflow operations and schemas of the OpenAPI document (paths.py and
+schemas.py merge them in)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ from typing import Any
 
 from conveyor.server.api.models import WORKFLOW_BODY
 from conveyor.server.auth import Scope
-from conveyor.server.openapi import (
+from conveyor.server.openapi.paths import (
     _CHANGE_ERRORS,
     _READ_ERRORS,
-    _REF,
     _errors,
     _json,
     _ok,
     _op,
     _path,
-    _ref,
 )
+from conveyor.server.openapi.schemas import _REF
+from conveyor.server.openapi.schemas import ref as _ref
 from conveyor.workflow import WorkflowState
 
 _WORKFLOW_ID = _path("workflow_id", "The workflow's id")

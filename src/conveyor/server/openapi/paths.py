@@ -1,29 +1,17 @@
-"""The OpenAPI 3.1 document of the service, served at ``/api/v1/openapi.json``.
+"""The ``paths`` of the OpenAPI document: every operation of the service,
+with its parameters, responses and the scope its token needs.
 
-Written out here, endpoint by endpoint, with request schemas taken from the
-pydantic models the endpoints validate with; a test checks that every route
-of the app is in the document and every documented operation is a route.
+Written out endpoint by endpoint; the request bodies and response shapes they
+point to are in :mod:`conveyor.server.openapi.schemas`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-
-from conveyor import __version__
 from conveyor.job import FailureReason, JobState
-from conveyor.server.api.models import CronBody, EnqueueBody, PurgeBody
 from conveyor.server.auth import Scope
-from conveyor.server.responses import json_response
-from conveyor.server.routing import route
-
-_REF = "#/components/schemas/{model}"
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
+from conveyor.server.openapi.schemas import ref
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -31,12 +19,12 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 _ERRORS = {
-    "400": _json(_ref("Error"), "Malformed request (e.g. the body is not JSON)"),
-    "401": _json(_ref("Error"), "No token, or an unknown token"),
-    "403": _json(_ref("Error"), "The token lacks the scope this operation needs"),
-    "413": _json(_ref("Error"), "The body is over max_request_bytes"),
-    "422": _json(_ref("Error"), "A value is of the wrong type or out of range"),
-    "503": _json(_ref("Error"), "The backend is unavailable"),
+    "400": _json(ref("Error"), "Malformed request (e.g. the body is not JSON)"),
+    "401": _json(ref("Error"), "No token, or an unknown token"),
+    "403": _json(ref("Error"), "The token lacks the scope this operation needs"),
+    "413": _json(ref("Error"), "The body is over max_request_bytes"),
+    "422": _json(ref("Error"), "A value is of the wrong type or out of range"),
+    "503": _json(ref("Error"), "The backend is unavailable"),
 }
 
 
@@ -101,7 +89,7 @@ def _op(
     if parameters:
         op["parameters"] = parameters
     if body:
-        op["requestBody"] = {"required": True, **_json(_ref(body), body)}
+        op["requestBody"] = {"required": True, **_json(ref(body), body)}
     return op
 
 
@@ -115,11 +103,11 @@ _PROBE = {"type": "object", "properties": {"status": {"type": "string"}}}
 _HEALTH_ERRORS = ("401", "403")
 
 
-def _paths() -> dict[str, Any]:
-    from conveyor.server import openapi_workflows  # it builds on the helpers above
+def path_items() -> dict[str, Any]:
+    from conveyor.server.openapi import workflows  # it builds on the helpers above
 
-    job, page = _ref("Job"), _ref("JobPage")
-    not_found = {"404": _json(_ref("Error"), "No such job")}
+    job, page = ref("Job"), ref("JobPage")
+    not_found = {"404": _json(ref("Error"), "No such job")}
     return {
         "/health/live": {
             "get": _op("The process runs", None, _ok(_PROBE), tag="health"),
@@ -145,8 +133,8 @@ def _paths() -> dict[str, Any]:
                 "Backend latency: healthy under the threshold (100 ms), degraded above",
                 Scope.READ,
                 {
-                    **_ok(_ref("BackendHealth")),
-                    "503": _json(_ref("BackendHealth"), "Down"),
+                    **_ok(ref("BackendHealth")),
+                    "503": _json(ref("BackendHealth"), "Down"),
                     **_errors(*_HEALTH_ERRORS),
                 },
                 tag="health",
@@ -157,9 +145,9 @@ def _paths() -> dict[str, Any]:
                 "Per-queue counts and oldest waiting age; worker heartbeats",
                 Scope.READ,
                 {
-                    **_ok(_ref("QueuesHealth")),
+                    **_ok(ref("QueuesHealth")),
                     "503": _json(
-                        _ref("QueuesHealth"),
+                        ref("QueuesHealth"),
                         "Backend down, a queue over its threshold, or too few workers",
                     ),
                     **_errors(*_HEALTH_ERRORS),
@@ -172,8 +160,8 @@ def _paths() -> dict[str, Any]:
                 "Aggregate health: backend, workers, queues, dead letters",
                 Scope.READ,
                 {
-                    **_ok(_ref("Health")),
-                    "503": _json(_ref("Health"), "Unhealthy"),
+                    **_ok(ref("Health")),
+                    "503": _json(ref("Health"), "Unhealthy"),
                     **_errors(*_HEALTH_ERRORS),
                 },
                 tag="health",
@@ -214,7 +202,7 @@ def _paths() -> dict[str, Any]:
                 {
                     "201": _json(job, "Enqueued"),
                     "200": _json(job, "A live idempotency key: the existing job"),
-                    "429": _json(_ref("Error"), "The queue is full (backpressure)"),
+                    "429": _json(ref("Error"), "The queue is full (backpressure)"),
                     **_errors(*_CHANGE_ERRORS),
                 },
                 body="EnqueueBody",
@@ -233,9 +221,9 @@ def _paths() -> dict[str, Any]:
                 "Delete a job that is not running",
                 Scope.ADMIN,
                 {
-                    **_ok(_ref("Deleted")),
+                    **_ok(ref("Deleted")),
                     **not_found,
-                    "409": _json(_ref("Error"), "The job is running"),
+                    "409": _json(ref("Error"), "The job is running"),
                     **_errors(*_CHANGE_ERRORS),
                 },
                 parameters=[_JOB_ID],
@@ -258,14 +246,14 @@ def _paths() -> dict[str, Any]:
                 {
                     "201": _json(job, "The new job"),
                     **not_found,
-                    "409": _json(_ref("Error"), "The job is not failed"),
+                    "409": _json(ref("Error"), "The job is not failed"),
                     **_errors(*_CHANGE_ERRORS),
                 },
                 parameters=[_JOB_ID],
                 tag="jobs",
             ),
         },
-        **openapi_workflows.paths(),
+        **workflows.paths(),
         "/api/v1/dlq": {
             "get": _op(
                 "List dead letters (failed jobs)",
@@ -279,7 +267,7 @@ def _paths() -> dict[str, Any]:
             "post": _op(
                 "Delete the dead letters matching every filter",
                 Scope.ADMIN,
-                {**_ok(_ref("Purged")), **_errors(*_CHANGE_ERRORS)},
+                {**_ok(ref("Purged")), **_errors(*_CHANGE_ERRORS)},
                 body="PurgeBody",
                 tag="dlq",
             ),
@@ -288,7 +276,7 @@ def _paths() -> dict[str, Any]:
             "delete": _op(
                 "Delete one dead letter",
                 Scope.ADMIN,
-                {**_ok(_ref("Deleted")), **not_found, **_errors(*_CHANGE_ERRORS)},
+                {**_ok(ref("Deleted")), **not_found, **_errors(*_CHANGE_ERRORS)},
                 parameters=[_JOB_ID],
                 tag="dlq",
             ),
@@ -300,7 +288,7 @@ def _paths() -> dict[str, Any]:
                 {
                     "201": _json(job, "The new job"),
                     **not_found,
-                    "409": _json(_ref("Error"), "The job is not failed"),
+                    "409": _json(ref("Error"), "The job is not failed"),
                     **_errors(*_CHANGE_ERRORS),
                 },
                 parameters=[_JOB_ID],
@@ -311,7 +299,7 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "Queues: settings and counts per state",
                 Scope.READ,
-                {**_ok(_ref("QueueList")), **_errors(*_READ_ERRORS)},
+                {**_ok(ref("QueueList")), **_errors(*_READ_ERRORS)},
                 tag="queues",
             ),
         },
@@ -319,7 +307,7 @@ def _paths() -> dict[str, Any]:
             "post": _op(
                 "Pause a queue: workers stop claiming from it",
                 Scope.ADMIN,
-                {**_ok(_ref("Queue")), **_errors(*_CHANGE_ERRORS)},
+                {**_ok(ref("Queue")), **_errors(*_CHANGE_ERRORS)},
                 parameters=[_QUEUE],
                 tag="queues",
             ),
@@ -328,7 +316,7 @@ def _paths() -> dict[str, Any]:
             "post": _op(
                 "Resume a queue",
                 Scope.ADMIN,
-                {**_ok(_ref("Queue")), **_errors(*_CHANGE_ERRORS)},
+                {**_ok(ref("Queue")), **_errors(*_CHANGE_ERRORS)},
                 parameters=[_QUEUE],
                 tag="queues",
             ),
@@ -337,7 +325,7 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "List schedules",
                 Scope.READ,
-                {**_ok(_ref("ScheduleList")), **_errors(*_READ_ERRORS)},
+                {**_ok(ref("ScheduleList")), **_errors(*_READ_ERRORS)},
                 tag="schedules",
             ),
         },
@@ -346,8 +334,8 @@ def _paths() -> dict[str, Any]:
                 "One schedule with its next fire times",
                 Scope.READ,
                 {
-                    **_ok(_ref("Schedule")),
-                    "404": _json(_ref("Error"), "No such schedule"),
+                    **_ok(ref("Schedule")),
+                    "404": _json(ref("Error"), "No such schedule"),
                     **_errors(*_READ_ERRORS),
                 },
                 parameters=[
@@ -367,8 +355,8 @@ def _paths() -> dict[str, Any]:
                     summary,
                     Scope.ADMIN,
                     {
-                        status: _json(_ref(model), "OK"),
-                        "404": _json(_ref("Error"), "No such schedule"),
+                        status: _json(ref(model), "OK"),
+                        "404": _json(ref("Error"), "No such schedule"),
                         **_errors(*_CHANGE_ERRORS),
                     },
                     parameters=[_SCHEDULE],
@@ -387,7 +375,7 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "Workers from their heartbeats",
                 Scope.READ,
-                {**_ok(_ref("WorkerList")), **_errors(*_READ_ERRORS)},
+                {**_ok(ref("WorkerList")), **_errors(*_READ_ERRORS)},
                 tag="workers",
             ),
         },
@@ -395,7 +383,7 @@ def _paths() -> dict[str, Any]:
             "get": _op(
                 "Circuit breakers per task",
                 Scope.READ,
-                {**_ok(_ref("CircuitList")), **_errors(*_READ_ERRORS)},
+                {**_ok(ref("CircuitList")), **_errors(*_READ_ERRORS)},
                 tag="circuits",
             ),
         },
@@ -403,144 +391,9 @@ def _paths() -> dict[str, Any]:
             "post": _op(
                 "Close a task's circuit",
                 Scope.ADMIN,
-                {**_ok(_ref("Circuit")), **_errors(*_CHANGE_ERRORS)},
+                {**_ok(ref("Circuit")), **_errors(*_CHANGE_ERRORS)},
                 parameters=[_TASK],
                 tag="circuits",
             ),
         },
     }
-
-
-def _obj(**properties: Any) -> dict[str, Any]:
-    return {"type": "object", "properties": properties}
-
-
-_NUM = {"type": "number"}
-_NUM_OR_NULL = {"type": ["number", "null"]}
-_STR = {"type": "string"}
-_STR_OR_NULL = {"type": ["string", "null"]}
-_INT = {"type": "integer"}
-
-
-def _schemas() -> dict[str, Any]:
-    from conveyor.server import openapi_workflows
-
-    schemas: dict[str, Any] = {}
-    for model in (EnqueueBody, PurgeBody, CronBody):
-        schema = model.model_json_schema(ref_template=_REF)
-        schemas.update(schema.pop("$defs", {}))
-        schemas[model.__name__] = schema
-    schemas.update(openapi_workflows.schemas())
-    error = _obj(error=_obj(type=_STR, message=_STR))
-    error["required"] = ["error"]
-    job = _obj(
-        id=_STR,
-        task=_STR,
-        queue=_STR,
-        state={"enum": [s.value for s in JobState]},
-        payload={},
-        priority=_INT,
-        attempts=_INT,
-        max_attempts=_INT,
-        run_at=_NUM,
-        created_at=_NUM,
-        failure_reason={"enum": [*(r.value for r in FailureReason), None]},
-        tenant=_STR_OR_NULL,
-        metadata={},
-        result={},
-        error={},
-        errors={"type": "array"},
-        duplicate={"type": "boolean"},
-    )
-    job["required"] = ["id", "task", "queue", "state"]
-    counts = {"type": "object", "additionalProperties": _INT}
-    queue = _obj(
-        name=_STR,
-        paused={"type": "boolean"},
-        max_size={"type": ["integer", "null"]},
-        ttl=_NUM_OR_NULL,
-        counts=counts,
-    )
-    worker = _obj(
-        id=_STR,
-        host=_STR,
-        pid=_INT,
-        queues={"type": "array", "items": _STR},
-        concurrency=_INT,
-        active=_INT,
-        started_at=_NUM,
-        last_seen=_NUM,
-        alive={"type": "boolean"},
-    )
-    circuit = _obj(task=_STR, state=_STR, failures=_INT, open_until=_NUM_OR_NULL)
-    status = {"enum": ["healthy", "degraded", "unhealthy"]}
-    schemas.update(
-        {
-            "Error": error,
-            "Job": job,
-            "JobPage": _obj(
-                jobs={"type": "array", "items": _ref("Job")},
-                total=_INT,
-                limit=_INT,
-                offset=_INT,
-            ),
-            "Deleted": _obj(deleted=_STR),
-            "Purged": _obj(deleted=_INT),
-            "Queue": queue,
-            "QueueList": _obj(queues={"type": "array", "items": _ref("Queue")}),
-            "Worker": worker,
-            "WorkerList": _obj(workers={"type": "array", "items": _ref("Worker")}),
-            "Circuit": circuit,
-            "CircuitList": _obj(circuits={"type": "array", "items": _ref("Circuit")}),
-            "Schedule": {"type": "object", "properties": {"name": _STR}},
-            "ScheduleList": _obj(schedules={"type": "array", "items": _ref("Schedule")}),
-            "BackendHealth": _obj(status=status, latency_ms=_NUM_OR_NULL, error=_STR),
-            "QueuesHealth": _obj(
-                status=status,
-                timestamp=_NUM,
-                queues={
-                    "type": "object",
-                    "additionalProperties": _obj(
-                        waiting=_INT, active=_INT, failed=_INT, delayed=_INT, oldest_waiting_s=_NUM
-                    ),
-                },
-                workers={
-                    "type": "object",
-                    "additionalProperties": _obj(
-                        alive={"type": "boolean"}, last_seen=_NUM, pid=_INT, host=_STR
-                    ),
-                },
-                problems={"type": "array", "items": _STR},
-            ),
-            "Health": _obj(
-                status=status,
-                checks=_obj(backend=_STR, workers=_STR, queues=_STR, dead_letters=_STR),
-                details={"type": "object"},
-            ),
-        }
-    )
-    return schemas
-
-
-def document() -> dict[str, Any]:
-    return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "conveyor",
-            "version": __version__,
-            "description": "Health, metrics and the admin API of `conveyor serve`.",
-        },
-        "paths": _paths(),
-        "components": {
-            "schemas": _schemas(),
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-        "security": [{"bearer": []}],
-    }
-
-
-async def openapi_json(request: Request) -> Response:
-    return json_response(document())
-
-
-ROUTES = [route("/api/v1/openapi.json", openapi_json, "GET", None)]

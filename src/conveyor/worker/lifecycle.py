@@ -1,0 +1,121 @@
+"""A worker's start and stop, each done once per run: starting its side roles
+(the first heartbeat, the supervised roles, maintenance, direct handoff), the
+signals, and the two-phase shutdown (both phases: worker.py's module doc)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import TYPE_CHECKING
+
+from conveyor.errors import BackendError
+from conveyor.maintenance.periodic import every
+from conveyor.maintenance.retention import RetentionCleaner, retention_rules
+from conveyor.maintenance.stalls import StallReaper
+from conveyor.worker.handoffs import HandoffReceiver
+from conveyor.worker.heartbeat import Heartbeat
+
+if TYPE_CHECKING:
+    from conveyor.backends.base import Backend
+    from conveyor.worker.worker import Worker
+
+logger = logging.getLogger("conveyor.worker")
+
+
+def on_signal(worker: Worker, signum: int) -> None:
+    """SIGTERM/SIGINT: the first begins the graceful shutdown, a second forces it."""
+    worker._signals += 1
+    if worker._signals == 1:
+        logger.info(
+            "%s received: finishing running jobs (signal again to force)",
+            signal.Signals(signum).name,
+        )
+        worker.stop()
+    else:
+        logger.warning("second signal: cancelling running jobs and releasing them")
+        worker.stop(force=True)
+
+
+async def start_side_roles(worker: Worker, backend: Backend) -> None:
+    """Send the first heartbeat, then start every side role under supervision."""
+    runtime, settings, roles = worker.runtime, worker.settings, worker._roles
+    heartbeat = Heartbeat(backend, worker.describe, settings.heartbeat_interval)
+    await heartbeat.beat()
+    roles.start("acker", worker.acker.run())
+    roles.start("leases", worker.leases.run())
+    roles.start("heartbeat", heartbeat.run())
+    roles.start("stats", worker.stats.run())
+    if worker.maintenance:
+        reaper = StallReaper(backend, runtime.events, settings.max_stalled)
+        cleaner = RetentionCleaner(
+            backend,
+            retention_rules(settings, runtime.tasks.values()),
+            settings.stats_retention,
+        )
+        if worker.burst:
+            await reaper.run_once()
+        else:
+            roles.start(
+                "stall reaper",
+                every(settings.stall_interval, reaper.run_once, "stall reaper"),
+            )
+            roles.start(
+                "retention",
+                every(settings.cleanup_interval, cleaner.run_once, "retention"),
+            )
+    # Enqueues claim for this worker while it is idle: it gets new work
+    # without a claim round trip. Caps and rate limits are per claim, so
+    # a stored request would go stale: those workers are woken instead.
+    worker._handoff = (
+        backend.hands_off and not worker.burst and not worker._capped and not worker._rate_limited
+    )
+    if worker._handoff:
+        handoffs = HandoffReceiver(backend, worker.id, settings.lease, worker._take)
+        worker._handoffs = handoffs
+        handoffs.started(roles.start("handoffs", handoffs.run()))
+
+
+async def shut_down(worker: Worker) -> None:
+    """Stop claiming, give the buffer back, let running jobs finish (phase one),
+    then interrupt what still runs (phase two), store every outcome and leave."""
+    settings = worker.settings
+    worker._stopping = True
+    worker._roles.may_end("handoffs")
+    if worker._handoffs is not None:
+        await worker._handoffs.end()
+    worker._release_buffered()
+    worker._released = True
+    if worker.active and not worker._forced.is_set():
+        logger.info(
+            "waiting up to %.0fs for %d running job(s)",
+            settings.shutdown_timeout,
+            len(worker.active),
+        )
+        all_done = asyncio.ensure_future(asyncio.wait(set(worker._executing)))
+        forced = asyncio.ensure_future(worker._forced.wait())
+        await asyncio.wait(
+            [all_done, forced],
+            timeout=settings.shutdown_timeout,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        all_done.cancel()
+        forced.cancel()
+    if worker.active:
+        logger.warning(
+            "shutdown deadline: releasing %d running job(s) back to waiting", len(worker.active)
+        )
+    for run in list(worker.active.values()):
+        run.interrupt("shutdown")
+    if worker._executing:
+        await asyncio.wait(set(worker._executing), timeout=5)
+    await worker.acker.drain_at_exit()
+    await worker.stats.flush_at_exit()
+    await worker._roles.cancel_all()
+    try:
+        await worker.runtime.backend.remove_worker(worker.id)
+    except (BackendError, OSError) as exc:
+        logger.warning("could not remove heartbeat: %s", exc)
+    await worker.executor.close()
+    worker.runtime.events.emit("worker_stopped", worker_id=worker.id)
+    await worker.runtime.events.flush()
