@@ -18,6 +18,10 @@ Rules every implementation follows:
 - A TTL bounds each wait, not only the first: a job keeps its effective ``ttl``
   and ``expires_at`` is re-set to the start of the wait + ``ttl`` every time it
   (re)enters waiting (enqueue, retry, release, stall recovery, dead-letter retry).
+- RELEASE gives the attempt back. With ``retry_delay`` 0 the job is ``waiting``
+  again in its old place (``run_at`` kept); with ``retry_delay`` > 0 it is
+  ``delayed`` until now + ``retry_delay``, like a RETRY, its ``expires_at`` that
+  run_at + ``ttl``.
 - A pending cancel wins over RETRY, RELEASE and stall recovery: the job ends
   ``cancelled`` instead of waiting again.
 - One call is one round trip (or one transaction) whatever the batch size.
@@ -171,7 +175,10 @@ class Outcome(enum.StrEnum):
     RETRY = "retry"  # -> delayed until now + retry_delay, error recorded; cancelled if requested
     FAIL = "fail"  # -> failed with failure_reason, error recorded (dead-lettered)
     CANCEL = "cancel"  # -> cancelled
-    RELEASE = "release"  # -> waiting, attempt given back (shutdown); cancelled if requested
+    # -> waiting, attempt given back (shutdown); with retry_delay > 0: delayed until
+    # now + retry_delay, attempt given back (a task this worker does not know);
+    # cancelled if requested
+    RELEASE = "release"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +197,7 @@ class Settlement:
     error: ErrorInfo | None = None
     failure_reason: FailureReason | None = None
     retry_delay: float = 0.0
+    """Seconds a RETRY (or a RELEASE, when > 0) waits ``delayed`` before it is due."""
     circuit: CircuitPolicy | None = None
     """Count this run in the task's circuit: COMPLETE is a success, RETRY/FAIL a
     failure. ``None`` leaves the circuit alone (cancel, release, invalid input)."""
