@@ -126,6 +126,11 @@ class Settings(BaseSettings):
     ``concurrency // 2`` to ``2 * concurrency``; 0: claim only into free slots)."""
     cancel_grace: Duration = 5.0
     """After a cancel request, how long a running handler may finish cooperatively."""
+    unknown_task_grace: Duration = Field(300.0, ge=0)
+    """A worker that does not know a job's task gives the job back (delayed, its
+    attempt not counted) until the job is this old, then fails it ``unknown_task``:
+    during a rolling deploy, old workers leave new tasks to new workers. 0: fail
+    at once."""
     worker_queue_ttl: Duration = 300.0
     cleanup_interval: Duration = 60.0
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"

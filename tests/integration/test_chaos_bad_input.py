@@ -86,7 +86,8 @@ async def test_bad_jobs_fail_with_a_reason_and_the_worker_goes_on(cluster: Clust
     assert changed == 2
 
     # One worker claims the whole batch at once: the bad rows must not sink it.
-    worker = cluster.start_worker(50)
+    # No task grace: no worker will ever know chaos.no_such_task.
+    worker = cluster.start_worker(50, {"CONVEYOR_UNKNOWN_TASK_GRACE": "0"})
 
     async def all_terminal() -> bool:
         jobs = await app.backend.get_jobs([job.id for job in batch])

@@ -210,8 +210,8 @@ async def test_non_json_result_fails_the_attempt(stack: Stack) -> None:
     assert failed.error.type == "SerializationError"
 
 
-async def test_unknown_task_fails_at_once(stack: Stack) -> None:
-    app = stack.app()
+async def test_unknown_task_fails_at_once_without_a_grace(stack: Stack) -> None:
+    app = stack.app(unknown_task_grace=0)
 
     @app.task("known")
     async def known(ctx: JobContext) -> str:

@@ -18,6 +18,10 @@ Rules every implementation follows:
 - A TTL bounds each wait, not only the first: a job keeps its effective ``ttl``
   and ``expires_at`` is re-set to the start of the wait + ``ttl`` every time it
   (re)enters waiting (enqueue, retry, release, stall recovery, dead-letter retry).
+- RELEASE gives the attempt back. With ``retry_delay`` 0 the job is ``waiting``
+  again in its old place (``run_at`` kept); with ``retry_delay`` > 0 it is
+  ``delayed`` until now + ``retry_delay``, like a RETRY, its ``expires_at`` that
+  run_at + ``ttl``.
 - A pending cancel wins over RETRY, RELEASE and stall recovery: the job ends
   ``cancelled`` instead of waiting again.
 - One call is one round trip (or one transaction) whatever the batch size.

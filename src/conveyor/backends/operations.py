@@ -97,7 +97,10 @@ class Outcome(enum.StrEnum):
     RETRY = "retry"  # -> delayed until now + retry_delay, error recorded; cancelled if requested
     FAIL = "fail"  # -> failed with failure_reason, error recorded (dead-lettered)
     CANCEL = "cancel"  # -> cancelled
-    RELEASE = "release"  # -> waiting, attempt given back (shutdown); cancelled if requested
+    # -> waiting, attempt given back (shutdown); with retry_delay > 0: delayed until
+    # now + retry_delay, attempt given back (a task this worker does not know);
+    # cancelled if requested
+    RELEASE = "release"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,7 @@ class Settlement:
     error: ErrorInfo | None = None
     failure_reason: FailureReason | None = None
     retry_delay: float = 0.0
+    """Seconds a RETRY (or a RELEASE, when > 0) waits ``delayed`` before it is due."""
     circuit: CircuitPolicy | None = None
     """Count this run in the task's circuit: COMPLETE is a success, RETRY/FAIL a
     failure. ``None`` leaves the circuit alone (cancel, release, invalid input)."""

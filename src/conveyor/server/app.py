@@ -21,7 +21,7 @@ from conveyor.errors import BackendError
 from conveyor.server import api, dashboard, health, metrics, openapi
 from conveyor.server.auth import TokenAuth
 from conveyor.server.dashboard.session import SessionStore
-from conveyor.server.errors import error_response, handle_exception
+from conveyor.server.errors import ErrorBoundary, error_response, handle_exception
 from conveyor.server.limits import BodySizeLimit
 from conveyor.server.sitecheck import SiteCheck
 from conveyor.server.state import ServerState
@@ -69,6 +69,7 @@ def create_app(conveyor_app: Conveyor, settings: Settings | None = None) -> Star
     app = Starlette(
         routes=routes,
         middleware=[
+            Middleware(ErrorBoundary),  # outermost: no exception reaches the server
             Middleware(SiteCheck, loopback_only=not state.auth.enabled),
             Middleware(
                 BodySizeLimit,

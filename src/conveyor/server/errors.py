@@ -1,7 +1,10 @@
 """JSON error bodies: every 4xx/5xx answer is ``{"error": {"type", "message"}}``.
 
 Typed conveyor errors map to status codes in one table, so an endpoint simply
-lets them propagate.
+lets them propagate. A client's own mistake is never logged as an ERROR: only
+an exception that is no client error (a bug) is, once, with its traceback;
+:class:`ErrorBoundary` makes sure no exception reaches the ASGI server (which
+would log it again, as an ERROR, whatever the answer was).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Mapping
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from conveyor import errors
 from conveyor.server.responses import json_response
@@ -72,12 +76,58 @@ def for_exception(exc: Exception) -> Response:
             if status >= 500:
                 logger.warning("backend error while serving a request: %s", exc)
             return error_response(status, type_, str(exc))
-    if isinstance(exc, ValueError | TypeError) and not isinstance(exc, errors.ConveyorError):
-        # The core validates enqueue options and raises these with a clear message.
+    if is_client_error(exc):
+        # The core refuses bad input (enqueue options, a workflow, a payload,
+        # a number no store holds) with these and a clear message: the
+        # client's mistake, not the service's. DEBUG keeps the traceback.
+        logger.debug("request refused: %s", exc, exc_info=exc)
         return error_response(422, "invalid_value", str(exc))
     logger.exception("internal error while serving a request")
     return error_response(500, "internal_error", "internal server error")
 
 
+def is_client_error(exc: BaseException) -> bool:
+    """Bad input rather than a fault of the service: ValueError and TypeError
+    (with conveyor's errors that are one: InvalidWorkflow, ValidationError,
+    SerializationError, ConfigurationError), OverflowError (a number too large
+    for a store), a client gone away, an ApiError under 500."""
+    if isinstance(exc, ApiError):
+        return exc.status < 500
+    return isinstance(exc, ValueError | TypeError | OverflowError | ClientDisconnect)
+
+
 async def handle_exception(request: Request, exc: Exception) -> Response:
     return for_exception(exc)
+
+
+class ErrorBoundary:
+    """The outermost middleware: an exception that got past every endpoint's
+    own handling becomes its JSON answer here (:func:`for_exception`) instead
+    of reaching the ASGI server. Starlette's error middleware would re-raise
+    it after answering, and uvicorn log it as an ERROR with a traceback, even
+    for a client's mistake answered 4xx."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked_send)
+        except Exception as exc:
+            if not started:
+                await for_exception(exc)(scope, receive, send)
+            elif is_client_error(exc):
+                logger.info("request ended by the client mid-answer: %s", exc)
+            else:
+                raise  # the answer is half sent: the server must drop the connection

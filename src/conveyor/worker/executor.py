@@ -60,6 +60,7 @@ class Executor:
         self._circuits: dict[str, CircuitPolicy | None] = {}
         self._abandoned: list[DaemonThreadPool] = []
         self._deadlines = Deadlines()
+        self._unknown_tasks: set[str] = set()  # named in the log once each
         # Tracing is decided here, once: the untraced path has no per-job check.
         self._tracing = consumer_tracing(worker_id, self.settings.otel_parent)
         self.execute: Callable[[Running], Awaitable[Settlement | None]] = (
@@ -121,6 +122,35 @@ class Executor:
             job.id, job.lease_token or "", Outcome.FAIL, job.task, error=info, failure_reason=reason
         )
 
+    def _unknown(self, run: Running) -> Settlement:
+        """A task this worker does not know: during a rolling deploy another worker
+        may, so the job is given back for a while (delayed, attempt not counted)
+        and fails ``unknown_task`` once it is older than ``unknown_task_grace``."""
+        job = run.job
+        grace = self.settings.unknown_task_grace
+        # Both times are the backend's: when the job was enqueued and this claim.
+        age = max(0.0, (job.started_at or job.created_at) - job.created_at)
+        if age >= grace:
+            exc = UnknownTask(
+                f"no task named {job.task!r} is registered in worker {self.worker_id}"
+            )
+            return self._refuse(run, FailureReason.UNKNOWN_TASK, exc)
+        if job.task not in self._unknown_tasks:
+            self._unknown_tasks.add(job.task)
+            logger.warning(
+                "task %r is not registered in this worker: its jobs are given back until "
+                "they are %gs old (unknown_task_grace), then fail unknown_task",
+                job.task,
+                grace,
+            )
+        return Settlement(
+            job.id,
+            job.lease_token or "",
+            Outcome.RELEASE,
+            job.task,
+            retry_delay=unknown_task_delay(age, grace),
+        )
+
     async def _execute_traced(self, run: Running) -> Settlement | None:
         """``_execute`` inside the attempt's CONSUMER span (tracing.py)."""
         tracing = self._tracing
@@ -143,10 +173,7 @@ class Executor:
             return self._refuse(run, FailureReason.INVALID, ValidationError(job.decode_error))
         task = self.runtime.tasks.get(job.task)
         if task is None:
-            exc = UnknownTask(
-                f"no task named {job.task!r} is registered in worker {self.worker_id}"
-            )
-            return self._refuse(run, FailureReason.UNKNOWN_TASK, exc)
+            return self._unknown(run)
         handler = task.handler
         if task.validates:
             try:
@@ -325,6 +352,21 @@ class Executor:
         except Exception as exc:
             logger.exception("hook %s failed", getattr(hook, "__qualname__", hook))
             self.events.emit("error", error=exc, where=f"hook {getattr(hook, '__name__', hook)}")
+
+
+#: How long a job of an unknown task waits before it is claimed again: first
+#: UNKNOWN_FIRST_DELAY, then as long as it is old (so each wait about doubles
+#: its age), at most UNKNOWN_MAX_DELAY, and never much past the end of the grace.
+UNKNOWN_FIRST_DELAY = 1.0
+UNKNOWN_MAX_DELAY = 30.0
+
+
+def unknown_task_delay(age: float, grace: float) -> float:
+    """The ``retry_delay`` of a release of an unknown task's job ``age`` seconds
+    old (``age < grace``). Its last wait ends at the grace, so the claim after
+    it finds the job old enough to fail."""
+    delay = min(UNKNOWN_MAX_DELAY, max(UNKNOWN_FIRST_DELAY, age))
+    return max(0.01, min(delay, grace - age))
 
 
 def _safe_retryable(task: Task, exc: BaseException) -> bool:

@@ -110,7 +110,8 @@ class Worker:
         self.install_signals = install_signals
         self.maintenance = maintenance
         self.processed = 0
-        #: Runs given back to waiting (shutdown): not finished, attempt not spent.
+        #: Runs given back (shutdown; or delayed, a task this worker does not
+        #: know): not finished, attempt not spent.
         self.released = 0
         self.active: dict[str, Running] = {}
         #: Claimed, not started yet (prefetch); ``_next`` holds their order.

@@ -108,6 +108,13 @@ def settle_jobs(store: Store, settlements: Sequence[Settlement]) -> SettleResult
         elif outcome is Outcome.CANCEL:
             row.finished_at = now
             store.move(row, JobState.CANCELLED)
+        elif item.retry_delay > 0:  # RELEASE for later: delayed, the attempt given back
+            row.attempts = max(0, row.attempts - 1)
+            row.run_at = now + item.retry_delay
+            row.expires_at = deadline(row.run_at, row.ttl)
+            row.worker_id = None
+            store.move(row, JobState.DELAYED)
+            timer = True
         else:  # RELEASE: back in its place, the attempt given back, a fresh TTL
             row.attempts = max(0, row.attempts - 1)
             row.expires_at = deadline(now, row.ttl)

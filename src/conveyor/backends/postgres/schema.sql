@@ -671,7 +671,8 @@ $$;
 -- 'wake' (a queue that got a job back) and 'circuit' (task, new state,
 -- failures, open_until) rows; notifies the woken queues. Version 3: a job that
 -- ends with has_dependents resolves its blocked dependents (released ones'
--- queues come back as 'wake' rows).
+-- queues come back as 'wake' rows). Version 5: a release with a delay > 0 is
+-- delayed until now + delay (its attempt given back, expires_at = run_at + ttl).
 CREATE FUNCTION __schema__.settle(
     p_ids text[], p_tokens text[], p_outcomes text[], p_results bytea[], p_reasons text[],
     p_errors jsonb[], p_delays float8[], p_progress bytea[],
@@ -700,7 +701,8 @@ BEGIN
             state = CASE
                 WHEN s.outcome IN ('retry', 'release') AND j.cancel_requested THEN 'cancelled'
                 WHEN s.outcome = 'complete' THEN 'completed'
-                WHEN s.outcome = 'retry' THEN 'delayed'
+                WHEN s.outcome = 'retry' OR (s.outcome = 'release' AND s.delay > 0)
+                    THEN 'delayed'
                 WHEN s.outcome = 'fail' THEN 'failed'
                 WHEN s.outcome = 'cancel' THEN 'cancelled'
                 ELSE 'waiting' END,
@@ -715,7 +717,8 @@ BEGIN
                             WHEN coalesce((s.error ->> 'at')::float8, 0) = 0
                                 THEN jsonb_set(s.error, '{at}', to_jsonb(v_now))
                             ELSE s.error END) END,
-            run_at = CASE WHEN s.outcome = 'retry' AND NOT j.cancel_requested
+            run_at = CASE WHEN (s.outcome = 'retry' OR (s.outcome = 'release' AND s.delay > 0))
+                               AND NOT j.cancel_requested
                           THEN v_now + s.delay ELSE j.run_at END,
             attempts = CASE WHEN s.outcome = 'release' AND NOT j.cancel_requested
                             THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
@@ -726,7 +729,8 @@ BEGIN
             progress = coalesce(s.progress, j.progress),
             expires_at = CASE
                 WHEN s.outcome = 'retry' AND NOT j.cancel_requested THEN v_now + s.delay + j.ttl
-                WHEN s.outcome = 'release' AND NOT j.cancel_requested THEN v_now + j.ttl
+                WHEN s.outcome = 'release' AND NOT j.cancel_requested
+                    THEN v_now + greatest(s.delay, 0) + j.ttl
                 ELSE j.expires_at END,
             lease_until = NULL,
             lease_token = NULL

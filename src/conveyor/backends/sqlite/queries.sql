@@ -263,8 +263,9 @@ WHERE id = ?2 AND lease_token = ?3 AND state = 'active';
 -- Apply one run's outcome, fenced by its token (executemany). ?1 new state,
 -- ?2 result, ?3 failure reason, ?4 error JSON to append, ?5 new run_at,
 -- ?6 attempts to give back, ?7 finished_at, ?8 clear worker_id, ?9 progress,
--- ?10 id, ?11 lease token, ?12 when the job's next wait starts (retry: its new
--- run_at; release: now; NULL: it does not wait again): each wait gets the whole
+-- ?10 id, ?11 lease token, ?12 when the job's next wait starts (retry and a
+-- release with a delay: its new run_at; release: now; NULL: it does not wait
+-- again): each wait gets the whole
 -- TTL, expires_at = ?12 + ttl. A stored error history that is not a JSON array
 -- is replaced rather than failing the batch. Tables: jobs.
 UPDATE jobs

@@ -202,6 +202,9 @@ def _settle_params(s: Settlement, outcome: Outcome, now: float) -> tuple[Any, ..
     if outcome is Outcome.CANCEL:
         return ("cancelled", None, None, error, None, 0, now, 0, *tail, None)
     if outcome is Outcome.RELEASE:
+        if s.retry_delay > 0:  # given back for later: delayed, like a retry
+            run_at = now + s.retry_delay
+            return ("delayed", None, None, error, run_at, 1, None, 1, *tail, run_at)
         return ("waiting", None, None, error, None, 1, None, 1, *tail, now)
     raise ValueError(f"unknown outcome {outcome!r}")
 

@@ -10,7 +10,8 @@
 --   job id, lease token, 'c' | 'c+': a completion without result or progress
 --     (most runs), 'c+' counting it in the task's circuit (3 arguments)
 --   job id, lease token, outcome (complete|retry|fail|cancel|release), task,
---     result|'', error JSON|'', failure reason|'', retry delay,
+--     result|'', error JSON|'', failure reason|'', retry delay (a release
+--     with a delay > 0 is delayed like a retry, its attempt given back),
 --     circuit threshold|'' (no circuit), circuit open_for, progress|'' (11)
 -- A job that ends completed, failed or cancelled and has dependents (flag dn,
 -- read with its other fields) resolves them here (resolve_dependents, lib.lua:
@@ -96,8 +97,15 @@ local function settle(b)
     if ARGV[b + 6] ~= '' then append_error(key, ARGV[b + 6]) end
   end
   local ttl = tonumber(f[8])
+  local delay = tonumber(ARGV[b + 8])
+  if final == 'release' and delay > 0 then
+    -- Given back for later (a task this worker does not know): delayed like a
+    -- retry, the attempt given back.
+    final = 'retry'
+    redis.call('HSET', key, 'a', math.max(0, (tonumber(f[9]) or 0) - 1))
+  end
   if final == 'retry' then
-    local run_at = now + tonumber(ARGV[b + 8])
+    local run_at = now + delay
     redis.call('HSET', key, 's', 'delayed', 'ra', fmt(run_at))
     if ttl then redis.call('HSET', key, 'ex', fmt(run_at + ttl)) end
     redis.call('HDEL', key, 'w')
