@@ -111,7 +111,16 @@ def _ok(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
 
 _READ_ERRORS = ("401", "403", "422", "503")
 _CHANGE_ERRORS = ("400", "401", "403", "413", "422", "503")
-_PROBE = {"type": "object", "properties": {"status": {"type": "string"}}}
+#: With RabbitMQ dispatch only: "up" (latency_ms) or "unavailable" (error).
+_BROKER = {
+    "type": "object",
+    "properties": {
+        "status": {"type": "string", "enum": ["up", "unavailable"]},
+        "latency_ms": {"type": "number"},
+        "error": {"type": "string"},
+    },
+}
+_PROBE = {"type": "object", "properties": {"status": {"type": "string"}, "broker": _BROKER}}
 _HEALTH_ERRORS = ("401", "403")
 
 
@@ -488,7 +497,9 @@ def _schemas() -> dict[str, Any]:
             "CircuitList": _obj(circuits={"type": "array", "items": _ref("Circuit")}),
             "Schedule": {"type": "object", "properties": {"name": _STR}},
             "ScheduleList": _obj(schedules={"type": "array", "items": _ref("Schedule")}),
-            "BackendHealth": _obj(status=status, latency_ms=_NUM_OR_NULL, error=_STR),
+            "BackendHealth": _obj(
+                status=status, latency_ms=_NUM_OR_NULL, error=_STR, broker=_BROKER
+            ),
             "QueuesHealth": _obj(
                 status=status,
                 timestamp=_NUM,
@@ -508,7 +519,9 @@ def _schemas() -> dict[str, Any]:
             ),
             "Health": _obj(
                 status=status,
-                checks=_obj(backend=_STR, workers=_STR, queues=_STR, dead_letters=_STR),
+                checks=_obj(
+                    backend=_STR, workers=_STR, queues=_STR, dead_letters=_STR, broker=_STR
+                ),
                 details={"type": "object"},
             ),
         }
