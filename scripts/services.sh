@@ -311,6 +311,11 @@ start_own_rabbitmq() {
         sleep 0.1
     done
     export CONVEYOR_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F"
+    # The broker-fault tests stop and start this node's app through it.
+    local ctl
+    ctl="$(PATH="$PATH:/usr/sbin:/sbin" command -v rabbitmqctl || echo rabbitmqctl)"
+    CONVEYOR_TEST_RABBITMQCTL="$(printf '%q ' "${_OWN_RABBIT_ENV[@]}" "$ctl" -n "$_OWN_RABBIT_NODE")"
+    export CONVEYOR_TEST_RABBITMQCTL
 }
 
 ensure_rabbitmq() {
@@ -331,7 +336,7 @@ ensure_rabbitmq() {
 
 services_up() {
     if [[ -n "${CONVEYOR_FORCE_OWN_SERVICES:-}" ]]; then
-        unset CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL CONVEYOR_TEST_AMQP_URL
+        unset CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL CONVEYOR_TEST_AMQP_URL CONVEYOR_TEST_RABBITMQCTL
     fi
     ensure_postgres
     ensure_redis

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shlex
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -67,3 +70,47 @@ async def place(postgres_url: str, amqp_url: str) -> AsyncIterator[Place]:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{where.schema}" CASCADE')
         finally:
             await conn.close()
+
+
+class Broker:
+    """The test broker's node, driven through rabbitmqctl (CONVEYOR_TEST_RABBITMQCTL,
+    a command line; scripts/services.sh sets it for a private node). Tests that
+    use it stop the shared broker: they run serially and leave it started."""
+
+    def __init__(self, command: str) -> None:
+        self.command = shlex.split(command)
+
+    async def ctl(self, *args: str, timeout: float = 60.0) -> None:
+        process = await asyncio.create_subprocess_exec(
+            *self.command,
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        output, _ = await asyncio.wait_for(process.communicate(), timeout)
+        assert process.returncode == 0, f"rabbitmqctl {' '.join(args)}: {output.decode()}"
+
+    async def stop(self) -> None:
+        await self.ctl("stop_app")
+
+    async def start(self) -> None:
+        await self.ctl("start_app")
+        await self.ctl("await_startup")
+
+    async def restart(self, down_for: float = 0.5) -> None:
+        await self.stop()
+        await asyncio.sleep(down_for)
+        await self.start()
+
+    async def close_all_connections(self) -> None:
+        await self.ctl("close_all_connections", "conveyor test: connections closed")
+
+
+@pytest.fixture
+async def broker(place: Place) -> AsyncIterator[Broker]:
+    # After ``place``: torn down first, so the place's cleanup finds the broker up.
+    node = Broker(os.environ.get("CONVEYOR_TEST_RABBITMQCTL", "").strip() or "rabbitmqctl")
+    try:
+        yield node
+    finally:
+        await node.start()  # up again for the next test, even after a failure

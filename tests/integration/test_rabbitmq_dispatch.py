@@ -194,3 +194,61 @@ async def test_a_worker_drains_jobs_none_lost_none_run_twice(place: Place) -> No
         assert set(ran.values()) == {1}
     finally:
         await app.close()
+
+
+async def test_a_poison_dispatch_message_is_dead_lettered_past_the_delivery_limit(
+    place: Place,
+) -> None:
+    # Consumers that die holding a job's message before any claim took the job:
+    # each return counts as a delivery; past delivery_limit the quorum queue
+    # dead-letters it and the handler fails the still unclaimed job.
+    app = make_app(place)
+    place.queues.add("default")
+    try:
+        backend = await app.runtime.connect()
+        dispatcher = Dispatcher(
+            place.dispatch(delivery_limit="2"),
+            backend,
+            worker_queue_ttl=60.0,
+            roles=("relay", "dead_letters"),
+        )
+        await dispatcher.start()
+        try:
+            poisoned = await app.enqueue("work", {"n": 1})
+            await wait_until(lambda: _published(dispatcher, 1), 10)
+            crashes = await crash_holding(place, "default", times=5)
+            failed = await app.wait_for_job(poisoned.id, timeout=10)
+        finally:
+            await dispatcher.close()
+        assert crashes == 3  # delivered 1 + delivery_limit times, then dead-lettered
+        assert failed.state is JobState.FAILED
+        assert failed.failure_reason is not None
+        assert failed.failure_reason.value == "expired"
+        assert failed.error is not None
+        assert "x-death reason 'delivery_limit'" in failed.error.message
+        assert f"{place.prefix}default" in failed.error.message
+        assert await place.message_count("default") == 0
+    finally:
+        await app.close()
+
+
+async def crash_holding(where: Place, queue: str, times: int) -> int:
+    """Take the next message of ``queue`` and drop the channel unacknowledged (a
+    consumer that dies holding it), up to ``times``; how many were taken."""
+    taken = 0
+    connection = await aio_pika.connect(where.amqp_url)
+    async with connection:
+        for _ in range(times):
+            channel = await connection.channel()
+            broker_queue = await channel.get_queue(where.broker_queue(queue), ensure=False)
+            message = None
+            for _ in range(20):  # a returned message is ready again within moments
+                message = await broker_queue.get(fail=False)
+                if message is not None:
+                    break
+                await asyncio.sleep(0.05)
+            await channel.close()
+            if message is None:
+                break
+            taken += 1
+    return taken

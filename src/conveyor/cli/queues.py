@@ -36,7 +36,31 @@ async def queue_rows(app: Conveyor) -> list[dict[str, Any]]:
         )
         row["counts"] = {**zero, **counts.get(name, {})}
         rows.append(row)
+    if app.settings.dispatch:
+        await add_broker_depths(app.settings.dispatch, rows)
     return rows
+
+
+async def add_broker_depths(dispatch: str, rows: list[dict[str, Any]]) -> None:
+    """``broker``: each queue's broker queue (ready messages and consumers; None
+    when not declared yet), or ``broker_error`` when the broker did not answer."""
+    from conveyor.dispatch.probe import BrokerProbe
+
+    probe = BrokerProbe(dispatch)
+    try:
+        depths = await probe.depths(row["name"] for row in rows)
+    except Exception as exc:  # shown beside the store's counts, which still stand
+        for row in rows:
+            row["broker"] = None
+            row["broker_error"] = f"broker: {exc or type(exc).__name__}"
+        return
+    finally:
+        await probe.close()
+    for row in rows:
+        depth = depths[row["name"]]
+        row["broker"] = (
+            {"messages": depth.messages, "consumers": depth.consumers} if depth else None
+        )
 
 
 @click.group("queues", invoke_without_command=True)
@@ -62,15 +86,31 @@ def queues_group(ctx: click.Context, as_json: bool) -> None:
     table.add_column("paused")
     table.add_column("max size", justify="right")
     table.add_column("ttl", justify="right")
+    dispatch = any("broker" in row for row in rows)
+    if dispatch:
+        table.add_column("broker", justify="right")  # ready messages in RabbitMQ
     for row in rows:
-        table.add_row(
+        cells = [
             escape(row["name"]),
             *(str(row["counts"][state.value]) for state in JobState),
             "[bold red]paused[/]" if row["paused"] else "",
             str(row["max_size"]) if row["max_size"] is not None else "-",
             format_duration(row["ttl"]) if row["ttl"] is not None else "-",
-        )
+        ]
+        if dispatch:
+            cells.append(_broker_cell(row))
+        table.add_row(*cells)
     out.print(table)
+    errors = {row["broker_error"] for row in rows if "broker_error" in row}
+    for error in sorted(errors):
+        out.print(f"[yellow]{escape(error)}[/]")
+
+
+def _broker_cell(row: dict[str, Any]) -> str:
+    if "broker_error" in row:
+        return "[yellow]?[/]"
+    depth = row.get("broker")
+    return str(depth["messages"]) if depth is not None else "-"
 
 
 @queues_group.command("pause")

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from conveyor.dispatch.topology import DispatchOptions, parse_dispatch_url
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from conveyor.dispatch.reconciler import Reconciler
     from conveyor.dispatch.relay import Relay
     from conveyor.events import EventBus
-    from conveyor.worker.worker import Worker
 
 __all__ = [
     "DispatchOptions",
@@ -162,24 +161,25 @@ class Dispatcher:
             self.connection = None
 
 
-async def start_worker_dispatch(worker: Worker) -> Dispatcher:
-    """Start a worker's dispatch roles; once the broker answers, its deliveries
-    wake the worker's claims (until then the store's wait serves alone)."""
-    backend = worker.runtime.backend
-    dispatcher = Dispatcher(
-        worker.settings.dispatch or "",
-        backend,
-        worker_queue_ttl=worker.settings.worker_queue_ttl,
-        events=worker.runtime.events,
-    )
+async def start_worker_dispatch(
+    url: str,
+    backend: Backend,
+    *,
+    worker_queue_ttl: float,
+    events: EventBus,
+    queues: Sequence[str],
+    prefetch: int,
+    use_wait: Callable[[WaitForWork], None],
+) -> Dispatcher:
+    """Start a worker's dispatch roles; once the broker answers, its consumer on
+    ``queues`` (at most ``prefetch`` unacknowledged deliveries) is handed to
+    ``use_wait`` as the claim loop's wait (until then the store's serves alone)."""
+    dispatcher = Dispatcher(url, backend, worker_queue_ttl=worker_queue_ttl, events=events)
     await dispatcher.start()
 
     async def attach() -> None:
-        # Bounded by the worker's slots plus what it may hold ahead of them.
-        prefetch = worker.concurrency + worker.prefetch
-        consumer = await dispatcher.consume(worker.queues, prefetch, backend.wait_for_work)
-        worker.wait_for_work = consumer.wait_for_work
-        worker.wake()
+        consumer = await dispatcher.consume(queues, prefetch, backend.wait_for_work)
+        use_wait(consumer.wait_for_work)
 
     dispatcher._spawn(attach(), "dispatch consumer")
     return dispatcher

@@ -51,7 +51,11 @@ class Relay:
 
     async def _open(self) -> AbstractChannel:
         if self._channel is None or self._channel.is_closed:
-            self._channel = await self.connection.channel(publisher_confirms=True)
+            # Mandatory publishes (aio-pika's default) that no queue takes raise
+            # instead of being confirmed: a deleted queue loses no message.
+            self._channel = await self.connection.channel(
+                publisher_confirms=True, on_return_raises=True
+            )
             self._declared.clear()
             await declare_dead_letters(self._channel, self.options)
         return self._channel
@@ -87,6 +91,8 @@ class Relay:
             self.published += len(items) - len(unsent)
             if unsent:
                 self.failed += len(unsent)
+                # A queue may be gone (deleted, or a broker without it): declare again.
+                self._declared.clear()
                 await self._give_back(unsent)
         return len(items)
 

@@ -50,6 +50,10 @@ def create_app(conveyor_app: Conveyor, settings: Settings | None = None) -> Star
     throttle = FailureThrottle(settings.auth_free_failures, settings.auth_lockout)
     auth = TokenAuth(settings.api_tokens, throttle)
     state = ServerState(conveyor_app, settings, auth, sessions)
+    if settings.dispatch:
+        from conveyor.dispatch.probe import BrokerProbe
+
+        state.broker = BrokerProbe(settings.dispatch)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -63,6 +67,8 @@ def create_app(conveyor_app: Conveyor, settings: Settings | None = None) -> Star
             yield
         finally:
             state.started = False
+            if state.broker is not None:
+                await state.broker.close()
             await conveyor_app.close()
 
     routes: list[BaseRoute] = [*all_routes(), *dashboard.ROUTES]  # the web UI: not in OpenAPI

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from starlette.requests import Request
 from starlette.responses import Response
 
+from conveyor.dispatch.probe import BrokerHealth
 from conveyor.errors import BackendError
 from conveyor.server.auth import Scope
 from conveyor.server.responses import json_response
@@ -26,6 +27,8 @@ Status = Literal["healthy", "degraded", "unhealthy"]
 _RANK: dict[str, int] = {"healthy": 0, "degraded": 1, "unhealthy": 2}
 #: A ping slower than this counts as the backend being down.
 PING_TIMEOUT = 5.0
+#: /health/ready only reports the broker: a silent one must not outlast a probe's timeout.
+READY_BROKER_TIMEOUT = 1.0
 
 
 def _worst(*statuses: Status) -> Status:
@@ -84,23 +87,48 @@ async def startup(request: Request) -> Response:
     return json_response({"status": "starting"}, status=503)
 
 
-async def ready(request: Request) -> Response:
+async def _broker(request: Request, timeout: float = PING_TIMEOUT) -> BrokerHealth | None:
+    """The RabbitMQ broker's answer, when dispatch is configured."""
+    probe = state_of(request).broker
+    if probe is None:
+        return None
     try:
-        await _ping(request)
+        return await asyncio.wait_for(probe.check(), timeout)
+    except TimeoutError:
+        return BrokerHealth(False, error=f"broker: no answer within {timeout:g}s")
+
+
+async def ready(request: Request) -> Response:
+    # The broker is reported, not required: enqueue writes only the store, and
+    # workers fall back to the store's own wake-up while the broker is down.
+    try:
+        _, broker = await asyncio.gather(_ping(request), _broker(request, READY_BROKER_TIMEOUT))
     except _DOWN as exc:
         return json_response({"status": "unavailable", "error": str(exc)}, status=503)
-    return json_response({"status": "ready"})
+    body: dict[str, Any] = {"status": "ready"}
+    if broker is not None:
+        body["broker"] = broker.to_dict()
+    return json_response(body)
 
 
 async def backend_health(request: Request) -> Response:
     threshold = state_of(request).settings.health_backend_latency
+    broker_check = asyncio.ensure_future(_broker(request))
     try:
         latency = await _ping(request)
     except _DOWN as exc:
-        body = {"status": "unhealthy", "latency_ms": None, "error": str(exc)}
-        return json_response(body, status=503)
-    status: Status = "healthy" if latency < threshold else "degraded"
-    return json_response({"status": status, "latency_ms": round(latency * 1000, 3)})
+        body: dict[str, Any] = {"status": "unhealthy", "latency_ms": None, "error": str(exc)}
+        status = 503
+    else:
+        store: Status = "healthy" if latency < threshold else "degraded"
+        body = {"status": store, "latency_ms": round(latency * 1000, 3)}
+        status = 200
+    broker = await broker_check
+    if broker is not None:
+        body["broker"] = broker.to_dict()
+        if not broker.up and status == 200:
+            body["status"] = "degraded"  # dispatch falls back to the store's wake-ups
+    return json_response(body, status=status)
 
 
 def _workers(snap: QueueSnapshot) -> dict[str, Any]:
@@ -153,9 +181,9 @@ async def overall(request: Request) -> Response:
         latency = await _ping(request)
         snap = await read_snapshot(state.app)
     except _DOWN as exc:
-        checks = {"backend": "unhealthy", "workers": "unknown", "queues": "unknown"}
-        checks["dead_letters"] = "unknown"
-        body = {"status": "unhealthy", "checks": checks, "details": {"error": str(exc)}}
+        unknown = {"backend": "unhealthy", "workers": "unknown", "queues": "unknown"}
+        unknown["dead_letters"] = "unknown"
+        body = {"status": "unhealthy", "checks": unknown, "details": {"error": str(exc)}}
         return json_response(body, status=503)
     backend: Status = "healthy" if latency < settings.health_backend_latency else "degraded"
     alive = snap.alive_workers
@@ -169,22 +197,24 @@ async def overall(request: Request) -> Response:
     queues: Status = "degraded" if problems else "healthy"
     dead = {queue: n for queue, n in snap.dead_letters().items() if n}
     dead_letters: Status = "degraded" if dead else "healthy"
-    status = _worst(backend, workers, queues, dead_letters)
-    body = {
-        "status": status,
-        "checks": {
-            "backend": backend,
-            "workers": workers,
-            "queues": queues,
-            "dead_letters": dead_letters,
-        },
-        "details": {
-            "backend": {"latency_ms": round(latency * 1000, 3)},
-            "workers": {"alive": alive, "min_workers": settings.min_workers},
-            "queues": {"waiting": waiting, "problems": problems},
-            "dead_letters": {"total": sum(dead.values()), "by_queue": dead},
-        },
+    checks: dict[str, Status] = {
+        "backend": backend,
+        "workers": workers,
+        "queues": queues,
+        "dead_letters": dead_letters,
     }
+    details: dict[str, Any] = {
+        "backend": {"latency_ms": round(latency * 1000, 3)},
+        "workers": {"alive": alive, "min_workers": settings.min_workers},
+        "queues": {"waiting": waiting, "problems": problems},
+        "dead_letters": {"total": sum(dead.values()), "by_queue": dead},
+    }
+    broker = await _broker(request)
+    if broker is not None:
+        checks["broker"] = "healthy" if broker.up else "degraded"
+        details["broker"] = broker.to_dict()
+    status = _worst(*checks.values())
+    body = {"status": status, "checks": checks, "details": details}
     return json_response(body, status=503 if status == "unhealthy" else 200)
 
 

@@ -26,7 +26,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from conveyor.app import Conveyor
-from conveyor.backends.base import DURATION_BUCKETS, CircuitInfo, CircuitState, JobStat
+from conveyor.backends.base import (
+    DURATION_BUCKETS,
+    Backend,
+    CircuitInfo,
+    CircuitState,
+    JobStat,
+)
+from conveyor.dispatch.probe import BrokerDepth, BrokerProbe, dispatch_lag
 from conveyor.filters import job_filter
 from conveyor.job import JobState
 from conveyor.server.auth import Scope
@@ -41,14 +48,25 @@ _NO_DURATION = frozenset({"expired"})
 
 
 @dataclass(slots=True)
+class DispatchScrape:
+    """RabbitMQ dispatch: the store's lag and, when the broker answered, its depths."""
+
+    lag: float | None
+    broker_up: bool
+    depths: dict[str, BrokerDepth | None]
+    dead_letters: int | None
+
+
+@dataclass(slots=True)
 class Scrape:
     totals: list[JobStat]
     active: dict[tuple[str, str], int]
     queues: QueueSnapshot
     circuits: list[CircuitInfo]
+    dispatch: DispatchScrape | None = None
 
 
-async def read_scrape(app: Conveyor) -> Scrape:
+async def read_scrape(app: Conveyor, broker: BrokerProbe | None = None) -> Scrape:
     backend = await app.connect()
     totals, active_jobs, snap, circuits = await asyncio.gather(
         backend.job_stat_totals(),
@@ -59,7 +77,20 @@ async def read_scrape(app: Conveyor) -> Scrape:
     active: dict[tuple[str, str], int] = defaultdict(int)
     for job in active_jobs:
         active[job.task, job.queue] += 1
-    return Scrape(totals, dict(active), snap, circuits)
+    scrape = Scrape(totals, dict(active), snap, circuits)
+    if broker is not None:
+        scrape.dispatch = await read_dispatch(backend, broker, sorted(snap.counts))
+    return scrape
+
+
+async def read_dispatch(backend: Backend, broker: BrokerProbe, queues: list[str]) -> DispatchScrape:
+    lag = await dispatch_lag(backend)
+    try:
+        depths = await broker.depths(queues)
+        dead_letters = await broker.dead_letters()
+    except Exception:  # the broker is down: reported as conveyor_broker_up 0
+        return DispatchScrape(lag, False, {}, None)
+    return DispatchScrape(lag, True, depths, dead_letters)
 
 
 def _le(bound: float) -> str:
@@ -140,6 +171,42 @@ class ScrapeCollector(Collector):
         for info in s.circuits:
             circuit.add_metric([info.task], 1.0 if info.state is CircuitState.OPEN else 0.0)
         yield circuit
+        if s.dispatch is not None:
+            yield from dispatch_metrics(s.dispatch)
+
+
+def dispatch_metrics(d: DispatchScrape) -> Iterator[Metric]:
+    if d.lag is not None:
+        yield GaugeMetricFamily(
+            "conveyor_dispatch_lag_seconds",
+            "How long the oldest due job has waited for its broker message (0: none).",
+            value=d.lag,
+        )
+    yield GaugeMetricFamily(
+        "conveyor_broker_up", "1 when the RabbitMQ broker answered this scrape.", value=d.broker_up
+    )
+    messages = GaugeMetricFamily(
+        "conveyor_broker_queue_messages",
+        "Ready messages in each queue's broker queue (unacknowledged ones not counted).",
+        labels=["queue"],
+    )
+    consumers = GaugeMetricFamily(
+        "conveyor_broker_queue_consumers",
+        "Consumers on each queue's broker queue.",
+        labels=["queue"],
+    )
+    for queue, depth in sorted(d.depths.items()):
+        if depth is not None:
+            messages.add_metric([queue], depth.messages)
+            consumers.add_metric([queue], depth.consumers)
+    yield messages
+    yield consumers
+    if d.dead_letters is not None:
+        yield GaugeMetricFamily(
+            "conveyor_broker_dead_letters",
+            "Messages the broker dead-lettered and its dead-letter queue still keeps.",
+            value=d.dead_letters,
+        )
 
 
 def render(scrape: Scrape) -> bytes:
@@ -149,7 +216,8 @@ def render(scrape: Scrape) -> bytes:
 
 
 async def metrics(request: Request) -> Response:
-    scrape = await read_scrape(state_of(request).app)
+    state = state_of(request)
+    scrape = await read_scrape(state.app, state.broker)
     return Response(render(scrape), media_type=CONTENT_TYPE)
 
 

@@ -10,6 +10,7 @@ from conveyor.server.dashboard.session import SessionStore
 
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
+    from conveyor.dispatch.probe import BrokerProbe
     from conveyor.settings import Settings
 
 
@@ -20,3 +21,5 @@ class ServerState:
     auth: TokenAuth
     sessions: SessionStore
     started: bool = False
+    #: Reads the RabbitMQ broker when dispatch is configured (health, metrics, dashboard).
+    broker: BrokerProbe | None = None

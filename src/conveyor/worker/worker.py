@@ -60,6 +60,7 @@ from conveyor.worker.workflow_events import WorkflowWatch
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
+    from conveyor.dispatch import Dispatcher
     from conveyor.runtime import Runtime
     from conveyor.worker.handoffs import HandoffReceiver
 
@@ -152,6 +153,8 @@ class Worker:
         self._read_jobs: Callable[[Sequence[str]], Awaitable[list[Job]]] | None = None
         #: The claim loop's wait for work; RabbitMQ dispatch puts its consumer's here.
         self.wait_for_work: WaitForWork | None = None
+        #: RabbitMQ dispatch's roles in this worker (``settings.dispatch``), while running.
+        self.dispatcher: Dispatcher | None = None
 
     @property
     def prefetch(self) -> int:
@@ -170,6 +173,11 @@ class Worker:
     def wake(self) -> None:
         """Claim again now (a local enqueue, resume or retry happened)."""
         self._wake.set()
+
+    def _use_wait(self, wait: WaitForWork) -> None:
+        """Dispatch's consumer is attached: its deliveries wake the claim loop."""
+        self.wait_for_work = wait
+        self.wake()
 
     def request_cancel(self, job_id: str) -> None:
         """Signal a running job to stop; force-cancel it after ``cancel_grace``.
@@ -215,11 +223,19 @@ class Worker:
         )
         self.stats = StatsReporter(backend, self.settings.stats_flush_interval)
         runtime.local_workers.attach(self)
-        dispatch = None
         if self.settings.dispatch:
             from conveyor.dispatch import start_worker_dispatch
 
-            dispatch = await start_worker_dispatch(self)
+            self.dispatcher = await start_worker_dispatch(
+                self.settings.dispatch,
+                backend,
+                worker_queue_ttl=self.settings.worker_queue_ttl,
+                events=runtime.events,
+                queues=self.queues,
+                # Bounded by the slots plus what the worker may hold ahead of them.
+                prefetch=self.concurrency + self.prefetch,
+                use_wait=self._use_wait,
+            )
         if self.install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, on_signal, self, sig)
@@ -237,8 +253,8 @@ class Worker:
             await self._claim_loop()
         finally:
             await shut_down(self)
-            if dispatch is not None:
-                await dispatch.close()
+            if self.dispatcher is not None:
+                await self.dispatcher.close()
             if self.install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     self._loop.remove_signal_handler(sig)

@@ -13,7 +13,7 @@ from conveyor.server.dashboard import views, workflow_view
 from conveyor.server.dashboard.guard import error_page
 from conveyor.server.dashboard.render import render
 from conveyor.server.dashboard.session import Session
-from conveyor.server.routing import app_of
+from conveyor.server.routing import app_of, state_of
 
 
 async def overview(request: Request, session: Session) -> Response:
@@ -118,6 +118,9 @@ async def dead_letters(request: Request, session: Session) -> Response:
 async def queues(request: Request, session: Session) -> Response:
     now, rows = await views.queue_rows(app_of(request))
     context = {"nav": "queues", "now": now, "queues": rows, "states": views.STATES}
+    probe = state_of(request).broker
+    if probe is not None:  # RabbitMQ dispatch: the broker's depths beside the store's
+        context["broker"], context["broker_error"] = await views.broker_depths(probe, rows)
     return render(request, "queues.html", context, session=session)
 
 

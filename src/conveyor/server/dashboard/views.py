@@ -20,6 +20,7 @@ from conveyor.backends.base import (
     ScheduleRecord,
     WorkerInfo,
 )
+from conveyor.dispatch.probe import BrokerDepth, BrokerProbe
 from conveyor.durations import parse_duration
 from conveyor.filters import job_filter
 from conveyor.job import FailureReason, Job, JobState
@@ -68,6 +69,16 @@ async def queue_rows(app: Conveyor) -> tuple[float, list[QueueRow]]:
             )
         )
     return now, rows
+
+
+async def broker_depths(
+    probe: BrokerProbe, rows: list[QueueRow]
+) -> tuple[dict[str, BrokerDepth | None], str | None]:
+    """Each queue's broker queue depth, or an error when the broker did not answer."""
+    try:
+        return await probe.depths(row.name for row in rows), None
+    except Exception as exc:
+        return {}, f"broker: {exc or type(exc).__name__}"
 
 
 #: The day's per-minute rows are read at most this often per app (seconds): the

@@ -11,7 +11,7 @@ from typing import Any
 
 from conveyor.job import FailureReason, JobState
 from conveyor.server.auth import Scope
-from conveyor.server.openapi.schemas import ref
+from conveyor.server.openapi.schemas import BROKER, ref
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def _ok(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
 
 _READ_ERRORS = ("401", "403", "422", "503")
 _CHANGE_ERRORS = ("400", "401", "403", "413", "422", "503")
-_PROBE = {"type": "object", "properties": {"status": {"type": "string"}}}
+_PROBE = {"type": "object", "properties": {"status": {"type": "string"}, "broker": BROKER}}
 _HEALTH_ERRORS = ("401", "403")
 
 

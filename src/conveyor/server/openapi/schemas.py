@@ -27,6 +27,16 @@ _STR = {"type": "string"}
 _STR_OR_NULL = {"type": ["string", "null"]}
 _INT = {"type": "integer"}
 
+#: With RabbitMQ dispatch only: "up" (latency_ms) or "unavailable" (error).
+BROKER = {
+    "type": "object",
+    "properties": {
+        "status": {"type": "string", "enum": ["up", "unavailable"]},
+        "latency_ms": {"type": "number"},
+        "error": {"type": "string"},
+    },
+}
+
 
 def component_schemas() -> dict[str, Any]:
     from conveyor.server.openapi import workflows  # it builds on paths.py's helpers
@@ -100,7 +110,9 @@ def component_schemas() -> dict[str, Any]:
             "CircuitList": _obj(circuits={"type": "array", "items": ref("Circuit")}),
             "Schedule": {"type": "object", "properties": {"name": _STR}},
             "ScheduleList": _obj(schedules={"type": "array", "items": ref("Schedule")}),
-            "BackendHealth": _obj(status=status, latency_ms=_NUM_OR_NULL, error=_STR),
+            "BackendHealth": _obj(
+                status=status, latency_ms=_NUM_OR_NULL, error=_STR, broker=BROKER
+            ),
             "QueuesHealth": _obj(
                 status=status,
                 timestamp=_NUM,
@@ -120,7 +132,9 @@ def component_schemas() -> dict[str, Any]:
             ),
             "Health": _obj(
                 status=status,
-                checks=_obj(backend=_STR, workers=_STR, queues=_STR, dead_letters=_STR),
+                checks=_obj(
+                    backend=_STR, workers=_STR, queues=_STR, dead_letters=_STR, broker=_STR
+                ),
                 details={"type": "object"},
             ),
         }
