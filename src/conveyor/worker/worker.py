@@ -44,11 +44,13 @@ from conveyor.loops import loop_name
 from conveyor.maintenance.periodic import every
 from conveyor.maintenance.retention import RetentionCleaner, retention_rules
 from conveyor.maintenance.stalls import StallReaper
+from conveyor.worker import faults
 from conveyor.worker.acker import Acker
 from conveyor.worker.executor import Executor
 from conveyor.worker.handoffs import HandoffReceiver
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.leases import LeaseKeeper
+from conveyor.worker.looplag import LoopWatchdog
 from conveyor.worker.prefetch import Prefetch
 from conveyor.worker.reports import SettleReports
 from conveyor.worker.running import Running
@@ -209,6 +211,7 @@ class Worker:
         )
         heartbeat = Heartbeat(backend, self.describe, self.settings.heartbeat_interval)
         self.stats = StatsReporter(backend, self.settings.stats_flush_interval)
+        faults.install(self)  # test-only fault injection; nothing unless asked for
         runtime.local_workers.attach(self)
         dispatch = None
         if self.settings.dispatch:
@@ -224,6 +227,8 @@ class Worker:
             self._roles.start("leases", self.leases.run())
             self._roles.start("heartbeat", heartbeat.run())
             self._roles.start("stats", self.stats.run())
+            watchdog = LoopWatchdog(self.settings.lease, self.active.keys)
+            self._roles.start("loop watchdog", watchdog.run())
             if self.maintenance:
                 settings = self.settings
                 reaper = StallReaper(backend, runtime.events, settings.max_stalled)
