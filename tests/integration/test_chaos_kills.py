@@ -48,11 +48,13 @@ KILL_LEASE = {"CONVEYOR_LEASE": "2s"}
 
 
 def kill_seconds() -> float:
-    return 180.0 if long_run() else 3.0
+    """3 s in CI; ``CONVEYOR_CHAOS_SECONDS`` (default 60) in the long variant."""
+    return float(os.environ.get("CONVEYOR_CHAOS_SECONDS", "60")) if long_run() else 3.0
 
 
 def job_count() -> int:
-    return 40_000 if long_run() else 1_500
+    # Enough 50 ms jobs that the workers never run dry while they are killed.
+    return int(kill_seconds() * 250) if long_run() else 1_500
 
 
 def worker_ids_of(runs_dir: Path, pid: int) -> set[str]:
@@ -126,7 +128,9 @@ async def check_and_report(
         return await app.count_jobs(JobState.COMPLETED) >= total
 
     try:
-        await cluster.wait_until(drained, 120, "not every acknowledged job completed", 0.25)
+        await cluster.wait_until(
+            drained, max(120.0, kill_seconds() * 2), "not every acknowledged job completed", 0.25
+        )
     except AssertionError as exc:
         print(exc)
     stored = await get_jobs(app, acked)
@@ -172,7 +176,7 @@ async def check_and_report(
     assert await app.count_jobs() == total, "jobs appeared or vanished"
 
 
-@pytest.mark.timeout(240 if long_run() else 150)
+@pytest.mark.timeout(kill_seconds() * 4 + 150)
 @pytest.mark.parametrize("store", CHAOS_STORES)
 async def test_repeated_kills_lose_nothing(tmp_path: Path, store: str) -> None:
     """One worker at a time, SIGKILLed 0.1-0.6 s after it started running jobs,
@@ -195,7 +199,7 @@ async def test_repeated_kills_lose_nothing(tmp_path: Path, store: str) -> None:
         await check_and_report(cluster, app, acked, log, "worker SIGKILL, repeated")
 
 
-@pytest.mark.timeout(240 if long_run() else 150)
+@pytest.mark.timeout(kill_seconds() * 4 + 150)
 @pytest.mark.parametrize("store", CHAOS_STORES)
 async def test_repeated_kills_under_processes(tmp_path: Path, store: str) -> None:
     """``conveyor worker --processes 3``: a random child SIGKILLed every
@@ -233,5 +237,5 @@ def recording_children(cluster: Cluster, supervisor: Proc) -> list[int]:
 
 async def wait_producer(cluster: Cluster) -> None:
     (producer,) = [p for p in cluster.procs if p.name.startswith("producer")]
-    rc = await producer.wait_exit(120, "(the producer)")
+    rc = await producer.wait_exit(max(120.0, kill_seconds() * 2), "(the producer)")
     assert rc == 0, producer.tail()
