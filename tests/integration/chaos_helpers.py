@@ -1,7 +1,9 @@
-"""Harness for the chaos suite: real worker processes on one SQLite file.
+"""Harness for the chaos suite: real worker processes on one store.
 
-A :class:`Cluster` owns one test's SQLite file, its side-table directory, its
-log files and every subprocess it started. Each process runs in its own
+A :class:`Cluster` owns one test's store (a SQLite file by default; with
+``store="postgres"`` or ``"redis"`` a fresh schema or key prefix on the test
+server, from :mod:`support.kits`, dropped afterwards), its side-table
+directory, its log files and every subprocess it started. Each process runs in its own
 session (process group) and is killed with its whole group when the cluster
 closes, even when the test failed: no orphans.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import os
 import signal
 import sqlite3
@@ -35,6 +38,7 @@ from chaos_apps.recorder import RUNS_DIR_ENV, Run, read_runs
 
 from conveyor.app import Conveyor
 from conveyor.job import Job
+from support.kits import KITS, UrlKit
 
 REPO = Path(__file__).resolve().parents[2]
 APP = "tests.integration.chaos_apps.app:app"
@@ -76,10 +80,14 @@ def worker_argv(app: str, concurrency: int, extra: Sequence[str] = ()) -> list[s
     return [sys.executable, "-c", LAUNCHER, app, str(concurrency)]
 
 
-def producer_argv(out: Path, count: int, seed: int = 0, keys: bool = False) -> list[str]:
-    """A producer process (:mod:`chaos_apps.producer`) writing its acks to ``out``."""
+def producer_argv(
+    out: Path, count: int, seed: int = 0, keys: bool = False, seconds: float = 0.0
+) -> list[str]:
+    """A producer process (:mod:`chaos_apps.producer`) writing its acks to ``out``;
+    its jobs (``chaos.sleep``) sleep ``seconds``."""
     argv = [sys.executable, "-m", PRODUCER, "--out", str(out), "--count", str(count)]
-    return [*argv, "--seed", str(seed), *(["--keys"] if keys else [])]
+    argv += ["--seed", str(seed), "--seconds", str(seconds)]
+    return [*argv, *(["--keys"] if keys else [])]
 
 
 @dataclass
@@ -131,13 +139,26 @@ class Proc:
         return self.popen.returncode
 
 
-class Cluster:
-    """One test's world: a SQLite file, a side-table dir, logs and subprocesses."""
+#: The stores the process-level chaos tests run on (the memory store has no
+#: processes to kill: it lives inside one).
+CHAOS_STORES = ("sqlite", "postgres", "redis")
 
-    def __init__(self, tmp_path: Path) -> None:
+
+class Cluster:
+    """One test's world: a store, a side-table dir, logs and subprocesses."""
+
+    def __init__(self, tmp_path: Path, store: str = "sqlite") -> None:
+        if store not in CHAOS_STORES:
+            raise ValueError(f"no chaos store {store!r}; known: {CHAOS_STORES}")
         self.dir = tmp_path
+        self.store = store
         self.db_path = tmp_path / "conveyor.db"
-        self.url = f"sqlite:///{self.db_path}"
+        self._kit: UrlKit | None = None
+        if store == "sqlite":
+            self.url = f"sqlite:///{self.db_path}"
+        else:
+            self._kit = KITS[store](tmp_path)
+            self.url = self._kit.shared_url()
         self.runs_dir = tmp_path / "runs"
         self.logs_dir = tmp_path / "logs"
         self.runs_dir.mkdir()
@@ -152,8 +173,12 @@ class Cluster:
         try:
             self.kill_all()
         finally:
-            if self._app is not None:
-                await self._app.close()
+            try:
+                if self._app is not None:
+                    await self._app.close()
+            finally:
+                if self._kit is not None:
+                    await self._kit.cleanup()
 
     # -- processes -------------------------------------------------------------
     def env(self, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -220,6 +245,9 @@ class Cluster:
         file until it resumes: SQLite cannot break another process's lock, so
         that is a limitation of the embedded backend, not what we test here.
         """
+        if self.store != "sqlite":
+            proc.signal(signal.SIGSTOP, group=True)
+            return
         for _ in range(attempts):
             proc.signal(signal.SIGSTOP, group=True)
             if write_lock_free(self.db_path):
@@ -323,3 +351,52 @@ async def get_jobs(app: Conveyor, ids: Sequence[str]) -> dict[str, Job]:
         for job in await backend.get_jobs(ids[i : i + 500]):
             found[job.id] = job
     return found
+
+
+#: Where the chaos tests append their figures (one JSON object a line) for
+#: ``scripts/chaos.sh``, which turns them into ``docs/reliability.md``.
+REPORT_ENV = "CONVEYOR_CHAOS_REPORT"
+
+
+def long_run() -> bool:
+    """``CONVEYOR_CHAOS_LONG=1``: the long variants (minutes of faults), not CI's."""
+    return os.environ.get("CONVEYOR_CHAOS_LONG") == "1"
+
+
+def report(
+    fault: str,
+    store: str,
+    *,
+    jobs: int,
+    faults: int,
+    lost: int,
+    duplicated: int,
+    bound: int,
+    passed: bool,
+    note: str = "",
+) -> None:
+    """Append one row of figures to ``$CONVEYOR_CHAOS_REPORT`` (when set).
+
+    Called before the test's assertions, so a failing run still leaves its row
+    (marked failed) for the report."""
+    path = os.environ.get(REPORT_ENV)
+    print(
+        f"\n{fault} on {store}: {jobs} jobs, {faults} faults, {lost} lost, "
+        f"{duplicated} duplicated (bound {bound}){' ' + note if note else ''}"
+    )
+    if not path:
+        return
+    row = {
+        "fault": fault,
+        "store": store,
+        "jobs": jobs,
+        "faults": faults,
+        "lost": lost,
+        "duplicated": duplicated,
+        "bound": bound,
+        "passed": passed,
+        "note": note,
+        "long": long_run(),
+    }
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(row) + "\n")

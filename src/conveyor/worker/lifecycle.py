@@ -15,6 +15,7 @@ from conveyor.maintenance.retention import RetentionCleaner, retention_rules
 from conveyor.maintenance.stalls import StallReaper
 from conveyor.worker.handoffs import HandoffReceiver
 from conveyor.worker.heartbeat import Heartbeat
+from conveyor.worker.looplag import LoopWatchdog
 
 if TYPE_CHECKING:
     from conveyor.backends.base import Backend
@@ -46,6 +47,8 @@ async def start_side_roles(worker: Worker, backend: Backend) -> None:
     roles.start("leases", worker.leases.run())
     roles.start("heartbeat", heartbeat.run())
     roles.start("stats", worker.stats.run())
+    watchdog = LoopWatchdog(settings.lease, worker.active.keys)
+    roles.start("loop watchdog", watchdog.run())
     if worker.maintenance:
         reaper = StallReaper(backend, runtime.events, settings.max_stalled)
         cleaner = RetentionCleaner(

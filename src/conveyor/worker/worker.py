@@ -45,6 +45,7 @@ from conveyor.context import JobContext
 from conveyor.errors import BackendError, ConveyorError
 from conveyor.job import Job
 from conveyor.loops import loop_name
+from conveyor.worker import faults
 from conveyor.worker.acker import Acker
 from conveyor.worker.batch_executor import BatchExecutor
 from conveyor.worker.batching import Batcher
@@ -222,6 +223,7 @@ class Worker:
             self.request_cancel,
         )
         self.stats = StatsReporter(backend, self.settings.stats_flush_interval)
+        faults.install(self)  # test-only fault injection; nothing unless asked for
         runtime.local_workers.attach(self)
         if self.settings.dispatch:
             from conveyor.dispatch import start_worker_dispatch

@@ -117,6 +117,21 @@ def make_app(url: str | None = None) -> Conveyor:
             RECORDER.end(run_id, "done")
         return outcome(ctx)
 
+    @app.task("chaos.effect")
+    async def effect(ctx: JobContext, **_: Any) -> dict[str, Any]:
+        """Does nothing but record its run: the effect a crash may repeat."""
+        with recorded(ctx):
+            return outcome(ctx)
+
+    @app.task("chaos.block")
+    async def block(ctx: JobContext, seconds: float = 2.0) -> dict[str, Any]:
+        """On its first attempt, blocks the worker's event loop for ``seconds``
+        (a sync sleep in an async handler: no renewal, no heartbeat meanwhile)."""
+        with recorded(ctx):
+            if ctx.job.attempts == 1:
+                time.sleep(seconds)  # noqa: ASYNC251  # blocking the loop is the point
+        return outcome(ctx)
+
     app.register(Validated())
     return app
 

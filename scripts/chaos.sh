@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The chaos suite and its report (docs/reliability.md):
+#   1. every chaos test (tests/integration/test_chaos_*.py) as CI runs them (quick);
+#   2. the long variants (CONVEYOR_CHAOS_LONG=1: a minute or more of repeated
+#      worker kills per store, alone and under --processes);
+#   3. docs/reliability.md from the figures the tests wrote. A failing row, or a
+#      failing test, fails the script.
+#
+#   scripts/chaos.sh            all of it
+#   scripts/chaos.sh --quick    only the quick variants (still writes the report)
+#
+# Environment:
+#   CONVEYOR_CHAOS_SECONDS=60   seconds of kills per long test
+#   CONVEYOR_VENV               the virtual environment to use (default .venv;
+#                               create it with scripts/test.sh or make test)
+# PostgreSQL and Redis come from scripts/services.sh (running ones, or temporary).
+set -euo pipefail
+
+# shellcheck source=scripts/_common.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/_common.sh"
+# shellcheck source=scripts/services.sh
+source "$ROOT/scripts/services.sh"
+cd "$ROOT"
+
+quick=""
+[[ "${1:-}" == "--quick" ]] && quick=1
+[[ -x "$PY" ]] || die "no virtual environment at $VENV: run scripts/test.sh once, or set CONVEYOR_VENV"
+
+trap services_down EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+ensure_postgres
+ensure_redis
+export CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL
+export CONVEYOR_REQUIRE_SERVICES=1
+export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
+
+rows="$(mktemp -t conveyor-chaos.XXXXXX.jsonl)"
+export CONVEYOR_CHAOS_REPORT="$rows"
+rc=0
+log "chaos tests, quick variants"
+run_fg "$PY" -m pytest -q -p no:cacheprovider -ra tests/integration/test_chaos_*.py || rc=$?
+if [[ -z "$quick" ]]; then
+    log "chaos tests, long variants (${CONVEYOR_CHAOS_SECONDS:-60}s of kills each)"
+    CONVEYOR_CHAOS_LONG=1 run_fg "$PY" -m pytest -q -p no:cacheprovider -ra \
+        tests/integration/test_chaos_kills.py || rc=$?
+fi
+
+log "docs/reliability.md"
+report_rc=0
+"$PY" scripts/chaos_report.py "$rows" docs/reliability.md --pytest-rc "$rc" || report_rc=$?
+rm -f "$rows"
+[[ $report_rc == 0 ]] || die "the chaos report has failures (see docs/reliability.md)"
+ok "chaos: every row passed"
