@@ -87,10 +87,14 @@ class JobContext:
         if percent is not None:
             report["percent"] = percent
         encoded = serialization.dumps(report)  # a bad value raises here, in the handler
+        self.record_progress(report, encoded)
+        return _DONE
+
+    def record_progress(self, report: dict[str, Any], encoded: bytes) -> None:
+        """Store a report already encoded (a batch shares one with all its jobs)."""
         self.job.progress = report
         if self._on_progress is not None:
             self._on_progress(self.job, report, encoded)
-        return _DONE
 
 
 class BatchContext:
@@ -139,7 +143,5 @@ class BatchContext:
             report["percent"] = percent
         encoded = serialization.dumps(report)  # a bad value raises here, in the handler
         for ctx in self._contexts:
-            ctx.job.progress = report
-            if ctx._on_progress is not None:
-                ctx._on_progress(ctx.job, report, encoded)
+            ctx.record_progress(report, encoded)
         return _DONE

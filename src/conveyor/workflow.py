@@ -155,12 +155,20 @@ class Workflow:
     """A started workflow: ``id``, ``jobs`` (as last read), ``state``,
     ``await wait(timeout)``, ``await cancel()``, ``await refresh()``."""
 
-    def __init__(self, runtime: Runtime, workflow_id: str, jobs: list[Job], tails: list[str]):
+    def __init__(
+        self,
+        runtime: Runtime,
+        workflow_id: str,
+        jobs: list[Job],
+        tails: list[str],
+        retried: dict[str, str] | None = None,
+    ):
         self.id = workflow_id
         self.jobs = jobs
         self._runtime = runtime
         self._tails = tails
-        self._retried: dict[str, str] = {}  # failed step -> its dead-letter retry
+        #: A failed step -> its dead-letter retry (which stands in for it).
+        self.retried: dict[str, str] = retried or {}
 
     @classmethod
     async def load(cls, runtime: Runtime, workflow_id: str) -> Workflow | None:
@@ -176,9 +184,7 @@ class Workflow:
         jobs.sort(key=lambda job: job.id)  # ids increase with creation: the start order
         waited_on = {dep for job in jobs for dep in job.depends_on}
         tails = [job.id for job in jobs if job.id not in waited_on]
-        loaded = cls(runtime, workflow_id, runtime.bind_all(jobs), tails)
-        loaded._retried = retried
-        return loaded
+        return cls(runtime, workflow_id, runtime.bind_all(jobs), tails, retried)
 
     def on(self, runtime: Runtime) -> Workflow:
         """This workflow read through ``runtime`` (``start_sync`` started it on a twin)."""
@@ -199,7 +205,7 @@ class Workflow:
         fresh = await Workflow.load(self._runtime, self.id)
         if fresh is not None:
             self.jobs = fresh.jobs
-            self._tails = [_latest(tail, fresh._retried) for tail in self._tails]
+            self._tails = [_latest(tail, fresh.retried) for tail in self._tails]
         return self
 
     async def wait(self, timeout: float | None = None, poll: float = 0.05) -> Any:

@@ -385,7 +385,7 @@ async def test_a_handoff_that_waited_past_the_trusted_lease_is_released_not_run(
         job = await app.enqueue("t")
         claim = await backend.claim_jobs(ClaimRequest(worker.id, ["default"], 1, 10.0))
         assert [j.id for j in claim.jobs] == [job.id]
-        worker._take(claim, time.monotonic() - 9.0)  # trusted for 8 of the 10 s
+        worker.take(claim, time.monotonic() - 9.0)  # trusted for 8 of the 10 s
         for _ in range(100):
             stored = await app.get_job(job.id)
             if stored is not None and stored.state is JobState.WAITING:

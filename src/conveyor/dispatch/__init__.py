@@ -113,11 +113,11 @@ class Dispatcher:
             return
         if "relay" in self.roles:
             self.relay = Relay(self.store, self.connection, self.options, self.worker_queue_ttl)
-            self._spawn(self.relay.run(), "dispatch relay")
+            self.spawn(self.relay.run(), "dispatch relay")
         if "reconciler" in self.roles:
             wake = self.relay.wake if self.relay is not None else (lambda: None)
             self.reconciler = Reconciler(self.store, self.options.reconcile_after, wake)
-            self._spawn(self.reconciler.run(), "dispatch reconciler")
+            self.spawn(self.reconciler.run(), "dispatch reconciler")
         if "dead_letters" in self.roles:
             self.dead_letters = DeadLetterHandler(self.store, self.events)
             channel = await self.connection.channel()
@@ -125,7 +125,7 @@ class Dispatcher:
             _, queue = await declare_dead_letters(channel, self.options)
             await queue.consume(self.dead_letters.handle)
 
-    def _spawn(self, coro: Any, name: str) -> None:
+    def spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
     async def consume(
@@ -181,5 +181,5 @@ async def start_worker_dispatch(
         consumer = await dispatcher.consume(queues, prefetch, backend.wait_for_work)
         use_wait(consumer.wait_for_work)
 
-    dispatcher._spawn(attach(), "dispatch consumer")
+    dispatcher.spawn(attach(), "dispatch consumer")
     return dispatcher

@@ -117,17 +117,17 @@ class Batcher:
         worker = self.worker
         job.bind(worker.runtime)
         member = BatchMember(
-            job, JobContext(job, worker.id, worker._on_progress), lease_deadline=lease_deadline
+            job, JobContext(job, worker.id, worker.on_progress), lease_deadline=lease_deadline
         )
-        worker._running_by_task[job.task] = worker._running_by_task.get(job.task, 0) + 1
+        worker.running_by_task[job.task] = worker.running_by_task.get(job.task, 0) + 1
         forming = self.forming.get(job.task)
         if forming is not None:
             self._join(forming, member)
-        elif len(worker.active) < worker._slots and not worker._stopping:
+        elif len(worker.active) < worker.slots and not worker.stopping:
             self._begin(task, member)
         else:
             worker.buffered[job.id] = member
-            worker._next.append(member)
+            worker.next_up.append(member)
         return True
 
     def take(self, run: Running) -> bool:
@@ -156,19 +156,19 @@ class Batcher:
                 del worker.buffered[run.job.id]  # its stale place in _next is skipped
                 self._join(batch, run)
         missing = size - len(batch.members)
-        if missing > 0 and not worker._stopping:
+        if missing > 0 and not worker.stopping:
             # Short of batch_size: gather from claims too, up to batch_wait; with
             # none, what is due now (claimed()), so the claim loop may claim for it.
             self.forming[task.name] = batch
             batch.room = missing
-            worker._room += missing
-            worker._slot_free.set()
+            worker.room += missing
+            worker.slot_free.set()
         else:
             batch.full.set()
         runner = asyncio.create_task(self._run(batch))
         batch.runner = runner
-        worker._executing.add(runner)
-        runner.add_done_callback(worker._executing.discard)
+        worker.executing.add(runner)
+        runner.add_done_callback(worker.executing.discard)
 
     def _join(self, batch: Batch, member: BatchMember) -> None:
         worker = self.worker
@@ -176,11 +176,11 @@ class Batcher:
         batch.members.append(member)
         worker.active[member.job.id] = member
         if len(batch.members) > 1:
-            worker._slots += 1  # members beyond the first take no slot
+            worker.slots += 1  # members beyond the first take no slot
         if self.forming.get(member.job.task) is batch:
             if batch.room > 0:
                 batch.room -= 1
-                worker._room -= 1
+                worker.room -= 1
             if len(batch.members) >= (batch.task.options.batch_size or 1):
                 self._close(batch)
 
@@ -198,7 +198,7 @@ class Batcher:
         """The batch stops gathering; the room it kept for claims is given up."""
         if self.forming.get(batch.task.name) is batch:
             del self.forming[batch.task.name]
-        self.worker._room -= batch.room
+        self.worker.room -= batch.room
         batch.room = 0
         batch.full.set()
 
@@ -220,7 +220,7 @@ class Batcher:
                     continue
                 job = member.job
                 if settlement.outcome is Outcome.COMPLETE:
-                    worker._prefetch.completed()
+                    worker.prefetcher.completed()
                 worker.acker.add(settlement, job)
                 worker.stats.add_outcome(job.task, job.queue, settlement.outcome, duration)
         except asyncio.CancelledError:
@@ -234,9 +234,9 @@ class Batcher:
                 if member.force_handle is not None:
                     member.force_handle.cancel()
                 del worker.active[member.job.id]
-                worker._running_by_task[member.job.task] -= 1
+                worker.running_by_task[member.job.task] -= 1
                 worker.processed += 1
-            worker._slots -= len(batch.members) - 1
-            if worker._next and not worker._stopping:
-                worker._start_buffered()
-            worker._slot_free.set()
+            worker.slots -= len(batch.members) - 1
+            if worker.next_up and not worker.stopping:
+                worker.start_buffered()
+            worker.slot_free.set()

@@ -26,8 +26,8 @@ logger = logging.getLogger("conveyor.worker")
 
 def on_signal(worker: Worker, signum: int) -> None:
     """SIGTERM/SIGINT: the first begins the graceful shutdown, a second forces it."""
-    worker._signals += 1
-    if worker._signals == 1:
+    worker.signals_seen += 1
+    if worker.signals_seen == 1:
         logger.info(
             "%s received: finishing running jobs (signal again to force)",
             signal.Signals(signum).name,
@@ -40,7 +40,7 @@ def on_signal(worker: Worker, signum: int) -> None:
 
 async def start_side_roles(worker: Worker, backend: Backend) -> None:
     """Send the first heartbeat, then start every side role under supervision."""
-    runtime, settings, roles = worker.runtime, worker.settings, worker._roles
+    runtime, settings, roles = worker.runtime, worker.settings, worker.roles
     heartbeat = Heartbeat(backend, worker.describe, settings.heartbeat_interval)
     await heartbeat.beat()
     roles.start("acker", worker.acker.run())
@@ -70,12 +70,12 @@ async def start_side_roles(worker: Worker, backend: Backend) -> None:
     # Enqueues claim for this worker while it is idle: it gets new work
     # without a claim round trip. Caps and rate limits are per claim, so
     # a stored request would go stale: those workers are woken instead.
-    worker._handoff = (
-        backend.hands_off and not worker.burst and not worker._capped and not worker._rate_limited
+    worker.hands_off = (
+        backend.hands_off and not worker.burst and not worker.capped and not worker.rate_limited
     )
-    if worker._handoff:
-        handoffs = HandoffReceiver(backend, worker.id, settings.lease, worker._take)
-        worker._handoffs = handoffs
+    if worker.hands_off:
+        handoffs = HandoffReceiver(backend, worker.id, settings.lease, worker.take)
+        worker.handoffs = handoffs
         handoffs.started(roles.start("handoffs", handoffs.run()))
 
 
@@ -83,20 +83,20 @@ async def shut_down(worker: Worker) -> None:
     """Stop claiming, give the buffer back, let running jobs finish (phase one),
     then interrupt what still runs (phase two), store every outcome and leave."""
     settings = worker.settings
-    worker._stopping = True
-    worker._roles.may_end("handoffs")
-    if worker._handoffs is not None:
-        await worker._handoffs.end()
-    worker._release_buffered()
-    worker._released = True
-    if worker.active and not worker._forced.is_set():
+    worker.stopping = True
+    worker.roles.may_end("handoffs")
+    if worker.handoffs is not None:
+        await worker.handoffs.end()
+    worker.release_buffered()
+    worker.buffer_given_back = True
+    if worker.active and not worker.forced.is_set():
         logger.info(
             "waiting up to %.0fs for %d running job(s)",
             settings.shutdown_timeout,
             len(worker.active),
         )
-        all_done = asyncio.ensure_future(asyncio.wait(set(worker._executing)))
-        forced = asyncio.ensure_future(worker._forced.wait())
+        all_done = asyncio.ensure_future(asyncio.wait(set(worker.executing)))
+        forced = asyncio.ensure_future(worker.forced.wait())
         await asyncio.wait(
             [all_done, forced],
             timeout=settings.shutdown_timeout,
@@ -110,11 +110,11 @@ async def shut_down(worker: Worker) -> None:
         )
     for run in list(worker.active.values()):
         run.interrupt("shutdown")
-    if worker._executing:
-        await asyncio.wait(set(worker._executing), timeout=5)
+    if worker.executing:
+        await asyncio.wait(set(worker.executing), timeout=5)
     await worker.acker.drain_at_exit()
     await worker.stats.flush_at_exit()
-    await worker._roles.cancel_all()
+    await worker.roles.cancel_all()
     try:
         await worker.runtime.backend.remove_worker(worker.id)
     except (BackendError, OSError) as exc:

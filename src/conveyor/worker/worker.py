@@ -106,8 +106,8 @@ class Worker:
         #: Slots to fill: ``concurrency``, plus one per job beyond a batch's first
         #: (a batch holds one slot; batching.py), so ``len(active) < _slots`` still
         #: means "a slot is free". ``_room``: jobs gathering batches may still claim.
-        self._slots = self.concurrency
-        self._room = 0
+        self.slots = self.concurrency
+        self.room = 0
         self.burst = burst
         self.install_signals = install_signals
         self.maintenance = maintenance
@@ -118,39 +118,39 @@ class Worker:
         self.active: dict[str, Running] = {}
         #: Claimed, not started yet (prefetch); ``_next`` holds their order.
         self.buffered: dict[str, Running] = {}
-        self._next: deque[Running] = deque()
+        self.next_up: deque[Running] = deque()
         self.started_at = 0.0
         #: Jobs held per task (running or buffered): what per-task caps count.
-        self._running_by_task: dict[str, int] = {}
-        self._executing: set[asyncio.Task[Any]] = set()
-        self._stopping = False
-        self._forced = asyncio.Event()
+        self.running_by_task: dict[str, int] = {}
+        self.executing: set[asyncio.Task[Any]] = set()
+        self.stopping = False
+        self.forced = asyncio.Event()
         self._wake = asyncio.Event()
-        self._slot_free = asyncio.Event()
-        self._roles = SideRoles(runtime.events, self.stop)
-        self._signals = 0
+        self.slot_free = asyncio.Event()
+        self.roles = SideRoles(runtime.events, self.stop)
+        self.signals_seen = 0
         self._loop_thread = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._capped = {
+        self.capped = {
             n: t.options.concurrency for n, t in runtime.tasks.items() if t.options.concurrency
         }
-        self._rate_limited = {
+        self.rate_limited = {
             n: t.options.rate_limit for n, t in runtime.tasks.items() if t.options.rate_limit
         }
         batch_tasks = {n: t for n, t in runtime.tasks.items() if t.options.batch_size}
         self._batcher = Batcher(self, batch_tasks) if batch_tasks else None
         #: In burst mode, how long an empty claim may wait on a rate limit's window.
-        self._rate_window = max((r.period for r in self._rate_limited.values()), default=0.0)
-        self._prefetch = Prefetch(
+        self._rate_window = max((r.period for r in self.rate_limited.values()), default=0.0)
+        self.prefetcher = Prefetch(
             prefetch if prefetch is not None else self.settings.prefetch,
             self.concurrency,
-            rate_limited=bool(self._rate_limited),
+            rate_limited=bool(self.rate_limited),
         )
         #: Direct handoff (backends that support it): decided in run().
-        self._handoff = False
-        self._handoffs: HandoffReceiver | None = None
+        self.hands_off = False
+        self.handoffs: HandoffReceiver | None = None
         #: The shutdown gave the buffer back: jobs handed off later are released.
-        self._released = False
+        self.buffer_given_back = False
         self._read_jobs: Callable[[Sequence[str]], Awaitable[list[Job]]] | None = None
         #: The claim loop's wait for work; RabbitMQ dispatch puts its consumer's here.
         self.wait_for_work: WaitForWork | None = None
@@ -160,16 +160,16 @@ class Worker:
     @property
     def prefetch(self) -> int:
         """How many claimed jobs the worker holds beyond its slots now (prefetch.py)."""
-        return self._prefetch.size
+        return self.prefetcher.size
 
     # -- control ----------------------------------------------------------------
     def stop(self, force: bool = False) -> None:
         """Begin the graceful shutdown; ``force`` skips waiting for running jobs."""
-        self._stopping = True
+        self.stopping = True
         self._wake.set()
-        self._slot_free.set()
+        self.slot_free.set()
         if force:
-            self._forced.set()
+            self.forced.set()
 
     def wake(self) -> None:
         """Claim again now (a local enqueue, resume or retry happened)."""
@@ -261,10 +261,8 @@ class Worker:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     self._loop.remove_signal_handler(sig)
             runtime.local_workers.detach(self)
-        if self._roles.crash is not None:
-            raise WorkerCrashed(
-                f"worker {self.id} stopped: a side role died"
-            ) from self._roles.crash
+        if self.roles.crash is not None:
+            raise WorkerCrashed(f"worker {self.id} stopped: a side role died") from self.roles.crash
 
     def describe(self) -> WorkerInfo:
         return WorkerInfo(
@@ -281,8 +279,8 @@ class Worker:
     # -- claiming -----------------------------------------------------------------
     def _claim_request(self, limit: int) -> ClaimRequest:
         task_limits = {
-            name: max(0, cap - self._running_by_task.get(name, 0))
-            for name, cap in self._capped.items()
+            name: max(0, cap - self.running_by_task.get(name, 0))
+            for name, cap in self.capped.items()
         }
         return ClaimRequest(
             worker_id=self.id,
@@ -290,10 +288,10 @@ class Worker:
             limit=limit,
             lease=self.settings.lease,
             task_limits=task_limits,
-            rate_limits=self._rate_limited,
+            rate_limits=self.rate_limited,
             # Outlives the poll interval: an idle worker claims (and so
             # registers again) at least that often.
-            handoff_for=self.settings.poll_interval + 1.0 if self._handoff else 0.0,
+            handoff_for=self.settings.poll_interval + 1.0 if self.hands_off else 0.0,
         )
 
     async def _claim_loop(self) -> None:
@@ -301,14 +299,14 @@ class Worker:
         batch_max = self.settings.claim_batch
         failures = 0
         last_claimed = time.monotonic()
-        while not self._stopping:
+        while not self.stopping:
             # Refill the buffer in chunks, not one job per finished job: small
             # claims cost as much as big ones. Idle slots are always filled at once.
             refill_at = max(1, self.prefetch // 2)
-            free = self._slots + self._room + self.prefetch - len(self.active) - len(self.buffered)
-            if free <= 0 or (free < refill_at and len(self.active) >= self._slots):
-                self._slot_free.clear()
-                await self._slot_free.wait()  # stop() sets it too; no helper tasks here
+            free = self.slots + self.room + self.prefetch - len(self.active) - len(self.buffered)
+            if free <= 0 or (free < refill_at and len(self.active) >= self.slots):
+                self.slot_free.clear()
+                await self.slot_free.wait()  # stop() sets it too; no helper tasks here
                 continue
             limit = min(free, batch_max)
             self._wake.clear()
@@ -328,8 +326,8 @@ class Worker:
                 logger.warning("claim failed (retrying in %.2fs): %s", delay, exc)
                 await self._wait_for(asyncio.sleep(delay), None)
                 continue
-            self._prefetch.after_claim(time.monotonic() - sent_at, len(result.jobs) >= limit)
-            self._take(result, sent_at)
+            self.prefetcher.after_claim(time.monotonic() - sent_at, len(result.jobs) >= limit)
+            self.take(result, sent_at)
             if self._batcher is not None:
                 self._batcher.claimed(len(result.jobs) >= limit)
             if len(result.jobs) >= limit:
@@ -348,18 +346,18 @@ class Worker:
                         break
                     await self._wait_for(asyncio.sleep(0.02), None)
                     continue
-                self._slot_free.clear()
-                await self._slot_free.wait()
+                self.slot_free.clear()
+                await self.slot_free.wait()
                 continue
             # Fewer than asked: wait for new work, a free slot, or the poll timer.
             poll = self.settings.poll_interval
-            if self._rate_limited:
+            if self.rate_limited:
                 poll = min(poll, 0.05)
-            self._slot_free.clear()
+            self.slot_free.clear()
             wait = self.wait_for_work or backend.wait_for_work
-            await self._wait_for(wait(self.queues, poll), self._slot_free.wait())
+            await self._wait_for(wait(self.queues, poll), self.slot_free.wait())
 
-    def _take(self, result: ClaimResult, sent_at: float) -> None:
+    def take(self, result: ClaimResult, sent_at: float) -> None:
         """A claim's (or a handoff's) outcome; their leases started at ``sent_at``."""
         for job in result.expired:
             self.stats.add(job.task, job.queue, "expired", 0.0)
@@ -368,7 +366,7 @@ class Worker:
         if not result.jobs:
             return
         deadline = self.leases.trusted_until(sent_at)
-        if self._released or deadline <= time.monotonic():
+        if self.buffer_given_back or deadline <= time.monotonic():
             # Handed off too late to hold: the buffer was already given back
             # (shutdown), or the handoff waited past the lease's trusted part.
             # Released, fenced by the lease token like any outcome.
@@ -398,19 +396,19 @@ class Worker:
         if self._batcher is not None and self._batcher.hold(job, lease_deadline):
             return
         job.bind(self.runtime)
-        ctx = JobContext(job, self.id, self._on_progress, self._read_jobs)
+        ctx = JobContext(job, self.id, self.on_progress, self._read_jobs)
         run = Running(job, ctx, lease_deadline=lease_deadline)
-        self._running_by_task[job.task] = self._running_by_task.get(job.task, 0) + 1
-        if len(self.active) < self._slots and not self._stopping:
+        self.running_by_task[job.task] = self.running_by_task.get(job.task, 0) + 1
+        if len(self.active) < self.slots and not self.stopping:
             self._start(run)
         else:
             self.buffered[job.id] = run
-            self._next.append(run)
+            self.next_up.append(run)
 
-    def _start_buffered(self) -> None:
+    def start_buffered(self) -> None:
         """Fill free slots from the buffer; jobs whose lease was lost are dropped."""
-        while self._next and len(self.active) < self._slots:
-            run = self._next.popleft()
+        while self.next_up and len(self.active) < self.slots:
+            run = self.next_up.popleft()
             if self.buffered.pop(run.job.id, None) is None:
                 continue  # cancelled (and settled) while buffered
             if run.stop_reason is not None:  # lease lost while buffered: not ours to run
@@ -418,10 +416,10 @@ class Worker:
                 continue
             self._start(run)
 
-    def _release_buffered(self) -> None:
+    def release_buffered(self) -> None:
         """Give every buffered job back at once (the worker stopped claiming)."""
-        runs = [run for run in self._next if run.job.id in self.buffered]
-        self._next.clear()
+        runs = [run for run in self.next_up if run.job.id in self.buffered]
+        self.next_up.clear()
         self.buffered.clear()
         for run in runs:
             if run.stop_reason is None:
@@ -439,8 +437,8 @@ class Worker:
         self._forget(run)
 
     def _forget(self, run: Running) -> None:
-        self._running_by_task[run.job.task] -= 1
-        self._slot_free.set()
+        self.running_by_task[run.job.task] -= 1
+        self.slot_free.set()
 
     def _start(self, run: Running) -> None:
         if self._batcher is not None and self._batcher.take(run):
@@ -448,8 +446,8 @@ class Worker:
         self.active[run.job.id] = run
         task = asyncio.create_task(self._execute(run))
         run.task = task
-        self._executing.add(task)
-        task.add_done_callback(self._executing.discard)
+        self.executing.add(task)
+        task.add_done_callback(self.executing.discard)
 
     async def _execute(self, run: Running) -> None:
         job = run.job
@@ -459,7 +457,7 @@ class Worker:
             if settlement is not None:
                 outcome = settlement.outcome
                 if outcome is Outcome.COMPLETE:
-                    self._prefetch.completed()
+                    self.prefetcher.completed()
                 elif outcome is Outcome.RELEASE:
                     self.released += 1
                 self.acker.add(settlement, job)
@@ -474,15 +472,15 @@ class Worker:
             if run.force_handle is not None:
                 run.force_handle.cancel()
             del self.active[job.id]
-            self._running_by_task[job.task] -= 1
+            self.running_by_task[job.task] -= 1
             self.processed += 1
-            if self._next and not self._stopping:
-                self._start_buffered()
-            self._slot_free.set()
+            if self.next_up and not self.stopping:
+                self.start_buffered()
+            self.slot_free.set()
 
-    def _on_progress(self, job: Job, report: dict[str, Any], encoded: bytes) -> None:
+    def on_progress(self, job: Job, report: dict[str, Any], encoded: bytes) -> None:
         if threading.get_ident() != self._loop_thread and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._on_progress, job, report, encoded)
+            self._loop.call_soon_threadsafe(self.on_progress, job, report, encoded)
             return
         run = self.active.get(job.id)
         if run is None:
