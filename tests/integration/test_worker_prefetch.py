@@ -126,7 +126,9 @@ async def test_cancel_of_a_buffered_job_settles_it_without_a_run(stack: Stack) -
 async def test_a_buffered_job_whose_lease_is_lost_never_starts(stack: Stack) -> None:
     """The backend answers that a buffered job's lease moved on: the worker drops
     it unstarted and reports nothing; the job is recovered as stalled."""
-    app = stack.app(lease="0.6s", stall_interval="0.1s")
+    # A lease a busy host keeps (trusted 1.6 s between renewals): a shorter one
+    # lost the blocker's lease for real when the loop stalled.
+    app = stack.app(lease="2s", stall_interval="0.1s")
     recorder = Recorder(app, "failed", "cancelled")
     backend = await app.connect()
     original = backend.renew_leases
@@ -135,11 +137,11 @@ async def test_a_buffered_job_whose_lease_is_lost_never_starts(stack: Stack) -> 
     targets: set[str] = set()
 
     async def loses_the_buffered(worker_id: str, leases: Any, lease: float) -> Any:
-        result = await original(
-            worker_id, [held for held in leases if held[0] not in targets], lease
-        )
+        # Decided when the renewal is sent: a target added while one is in
+        # flight was renewed by it, so that renewal must not report it lost.
         lost = {job_id for job_id, _ in leases if job_id in targets}
-        targets.clear()  # lost once; the stall reaper takes it from there
+        result = await original(worker_id, [held for held in leases if held[0] not in lost], lease)
+        targets.difference_update(lost)  # lost once; the stall reaper takes it from there
         return RenewResult(result.renewed, result.lost | lost, result.cancel_requested)
 
     backend.renew_leases = loses_the_buffered  # type: ignore[method-assign]

@@ -257,6 +257,7 @@ async def test_queues_and_stats(stack: Stack) -> None:
         "completed": 0,
         "failed": 0,
         "cancelled": 0,
+        "blocked": 0,
     }
     assert stats["default"]["failed"] == 1
     assert stats["default"]["cancelled"] == 1
