@@ -248,9 +248,10 @@ async def test_closing_the_hub_ends_every_stream(served: Served) -> None:
     cookie = await served.signed_in_cookie()
     stream = Stream(served.web, "/workers", cookie).start()
     await stream.snapshot()
+    served.hub.session_check = served.hub.heartbeat = 60.0  # only the close can end it
     served.hub.close_soon()  # what SIGTERM does in conveyor serve
     assert stream.task is not None
-    async with asyncio.timeout(2):
+    async with asyncio.timeout(1):
         await stream.task
     assert served.hub.topics == {}
 

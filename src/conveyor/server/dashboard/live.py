@@ -174,15 +174,20 @@ class LiveHub:
 
     async def close(self) -> None:
         """End every stream (the server stops) and every reader task."""
-        self.closing.set()
+        self._end_streams()
         for topic in list(self.topics.values()):
             await topic.stop()
+
+    def _end_streams(self) -> None:
+        self.closing.set()
+        for topic in self.topics.values():
+            topic._changed.set()  # wakes the waiting streams, which see ``closing``
 
     def close_soon(self) -> None:
         """From a signal handler: end the streams so that a graceful shutdown
         does not wait on browsers that never hang up."""
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self.closing.set)
+            self._loop.call_soon_threadsafe(self._end_streams)
 
 
 def event(name: str, data: Any) -> str:
