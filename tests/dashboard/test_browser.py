@@ -22,7 +22,7 @@ from conveyor.app import Conveyor
 from support.services import missing_service
 
 from .apps.shop import XSS, XSS_TASK
-from .conftest import ADMIN, READ
+from .conftest import ADMIN, ENQUEUE, READ
 from .seed import Seeded, seed
 from .site import Site, with_app
 
@@ -379,6 +379,48 @@ def test_charts_show_data_after_a_restart_and_update_live(
     toggle.click()
     expect(toggle).to_have_attribute("aria-pressed", "false")
     expect(page.locator('[data-total="waiting"]')).to_have_text(str(before + 6), timeout=10_000)
+
+
+def test_a_job_enqueued_through_the_api_is_pushed_to_the_open_jobs_page(
+    tabs: Any, site: tuple[Site, Seeded]
+) -> None:
+    server, _ = site
+    tab = tabs()
+    page = tab.sign_in(ADMIN)
+    polls: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            polls.append(request.url) if request.headers.get("x-conveyor-live") else None
+        ),
+    )
+    with page.expect_request(re.compile(r"/live\?page=")):
+        page.goto("/jobs?" + urlencode({"queue": "live-push"}))
+    rows = page.locator("table.jobs tbody tr")
+    expect(rows).to_have_text(["Nothing matches."])
+
+    def enqueue(note: str) -> str:
+        body = {"task": "mail.send", "payload": {"to": note}, "queue": "live-push"}
+        created = server.api(ENQUEUE, "POST", "/api/v1/jobs", json=body)
+        assert created.status_code == 201, created.text
+        job_id: str = created.json()["id"]
+        return job_id
+
+    first = enqueue("pushed@example.com")
+    expect(page.locator(f'a[href$="/jobs/{first}"]')).to_be_visible(timeout=5_000)
+    assert polls == [], "the page polled while its stream was open"
+
+    # A page whose stream is refused polls instead, and retries the stream.
+    live = re.compile(r"/live\?page=")
+    page.route(live, lambda route: route.abort())
+    page.reload()
+    second = enqueue("polled@example.com")
+    expect(page.locator(f'a[href$="/jobs/{second}"]')).to_be_visible(timeout=10_000)
+    assert polls, "the page did not fall back to polling"
+    page.unroute(live)
+    with page.expect_request(live, timeout=15_000):  # the retry, after its backoff
+        pass
+    expect(rows).to_have_count(2)
 
 
 def test_wrong_sign_ins_are_throttled_and_sign_out_revokes_the_cookie(

@@ -8,8 +8,9 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 import click
@@ -75,8 +76,9 @@ def serve_command(
         )
     listening = listen(host, port)
     setup_logging(log_level, log_format)
+    web = create_app(app)
     config = uvicorn.Config(
-        create_app(app),
+        web,
         host=host,
         port=port,
         log_level=log_level.lower(),
@@ -92,7 +94,9 @@ def serve_command(
     logging.getLogger("conveyor.server").info(
         "serving on http://%s:%d (dashboard /, API /api/v1; Ctrl-C to stop)", shown, bound
     )
-    quiet_exit_server(uvicorn.Server)(config).run(sockets=[listening])
+    server = quiet_exit_server(uvicorn.Server)(config)
+    server.on_exit = web.state.conveyor.live.close_soon  # open dashboard streams end
+    server.run(sockets=[listening])
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -115,6 +119,14 @@ def quiet_exit_server(base: type[Any]) -> type[Any]:
     ``conveyor worker`` does) instead of re-raising the signal once shut down."""
 
     class Server(base):  # type: ignore[misc]  # uvicorn.Server, imported lazily
+        #: Called on SIGINT/SIGTERM, before the wait for open connections.
+        on_exit: Callable[[], None] | None = None
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            if self.on_exit is not None:
+                self.on_exit()
+
         @contextmanager
         def capture_signals(self) -> Iterator[None]:
             if threading.current_thread() is not threading.main_thread():

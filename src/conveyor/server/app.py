@@ -20,6 +20,7 @@ from conveyor.app import Conveyor
 from conveyor.errors import BackendError
 from conveyor.server import api, dashboard, health, metrics, openapi
 from conveyor.server.auth import TokenAuth
+from conveyor.server.dashboard.live import LiveHub
 from conveyor.server.dashboard.session import SessionStore
 from conveyor.server.errors import ErrorBoundary, error_response, handle_exception
 from conveyor.server.limits import BodySizeLimit
@@ -50,6 +51,9 @@ def create_app(conveyor_app: Conveyor, settings: Settings | None = None) -> Star
     throttle = FailureThrottle(settings.auth_free_failures, settings.auth_lockout)
     auth = TokenAuth(settings.api_tokens, throttle)
     state = ServerState(conveyor_app, settings, auth, sessions)
+    # Streams hold their connection: half of the server's connections at most,
+    # so that pages and the API always have room (past it, pages poll).
+    state.live = LiveHub(state, max_streams=max(1, settings.max_connections // 2))
     if settings.dispatch:
         from conveyor.dispatch.probe import BrokerProbe
 
@@ -67,6 +71,7 @@ def create_app(conveyor_app: Conveyor, settings: Settings | None = None) -> Star
             yield
         finally:
             state.started = False
+            await state.live.close()
             if state.broker is not None:
                 await state.broker.close()
             await conveyor_app.close()

@@ -53,15 +53,19 @@ class BodySizeLimit:
                     return
         seen = 0
         started = False
+        body_done = False
 
         async def counted_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, body_done
+            if body_done:  # only the disconnect is left: a stream waits for it for long
+                return await receive()
             try:
                 async with asyncio.timeout(self.read_timeout):
                     message = await receive()
             except TimeoutError:
                 raise BodyTooSlow(self.read_timeout) from None
             if message["type"] == "http.request":
+                body_done = not message.get("more_body", False)
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
                     raise BodyTooLarge(self.max_bytes)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from conveyor.server.auth import TokenAuth
@@ -11,6 +11,7 @@ from conveyor.server.dashboard.session import SessionStore
 if TYPE_CHECKING:
     from conveyor.app import Conveyor
     from conveyor.dispatch.probe import BrokerProbe
+    from conveyor.server.dashboard.live import LiveHub
     from conveyor.settings import Settings
 
 
@@ -23,3 +24,5 @@ class ServerState:
     started: bool = False
     #: Reads the RabbitMQ broker when dispatch is configured (health, metrics, dashboard).
     broker: BrokerProbe | None = None
+    #: The dashboard's live-update streams (set by ``create_app``).
+    live: LiveHub = field(init=False)

@@ -1,24 +1,29 @@
 """The GET pages: each reads its data through ``views`` and renders a template
-whose ``live`` block the live-update script refreshes in place."""
+whose ``live`` block the live-update script refreshes in place: pushed by the
+stream (live.py) for the pages of ``LIVE_PAGES``, polled for the others."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from conveyor.durations import parse_duration
 from conveyor.server.dashboard import views, workflow_view
-from conveyor.server.dashboard.guard import error_page
-from conveyor.server.dashboard.render import render
+from conveyor.server.dashboard.guard import PageHandler, error_page
+from conveyor.server.dashboard.render import href, local, render
 from conveyor.server.dashboard.session import Session
 from conveyor.server.routing import app_of, state_of
 
+if TYPE_CHECKING:
+    from conveyor.server.state import ServerState
 
-async def overview(request: Request, session: Session) -> Response:
-    data = await views.overview(app_of(request))
-    return render(request, "overview.html", {"nav": "overview", "o": data}, session=session)
+Params = Mapping[str, str]
+Context = dict[str, Any]
+Loader = Callable[["ServerState", Params], Awaitable[Context]]
 
 
 def job_query(params: Mapping[str, str], *, dead_letters: bool) -> tuple[views.JobQuery, list[str]]:
@@ -64,12 +69,16 @@ def job_query(params: Mapping[str, str], *, dead_letters: bool) -> tuple[views.J
     return q, problems
 
 
-async def jobs(request: Request, session: Session) -> Response:
-    app = app_of(request)
-    q, problems = job_query(request.query_params, dead_letters=False)
+async def _overview(state: ServerState, params: Params) -> Context:
+    return {"nav": "overview", "o": await views.overview(state.app)}
+
+
+async def _jobs(state: ServerState, params: Params) -> Context:
+    app = state.app
+    q, problems = job_query(params, dead_letters=False)
     data = await views.job_page(app, q, q.state)
     data.problems = problems
-    context = {
+    return {
         "nav": "jobs",
         "q": q,
         "p": data,
@@ -77,7 +86,86 @@ async def jobs(request: Request, session: Session) -> Response:
         "reasons": views.REASONS,
         "tasks": sorted(app.tasks),
     }
-    return render(request, "jobs.html", context, session=session)
+
+
+async def _dead_letters(state: ServerState, params: Params) -> Context:
+    app = state.app
+    q, problems = job_query(params, dead_letters=True)
+    show_retried = params.get("retried") == "show"
+    data = await views.dead_letter_page(app, q, show_retried)
+    data.problems = problems
+    return {
+        "nav": "dead_letters",
+        "q": q,
+        "p": data,
+        "reasons": views.REASONS,
+        "tasks": sorted(app.tasks),
+        "show_retried": show_retried,
+    }
+
+
+async def _queues(state: ServerState, params: Params) -> Context:
+    now, rows = await views.queue_rows(state.app)
+    context: Context = {"nav": "queues", "now": now, "queues": rows, "states": views.STATES}
+    if state.broker is not None:  # RabbitMQ dispatch: the broker's depths beside the store's
+        context["broker"], context["broker_error"] = await views.broker_depths(state.broker, rows)
+    return context
+
+
+async def _schedules(state: ServerState, params: Params) -> Context:
+    return {"nav": "schedules", "rows": await views.schedule_rows(state.app)}
+
+
+async def _workers(state: ServerState, params: Params) -> Context:
+    now, rows = await views.worker_rows(state.app)
+    return {"nav": "workers", "now": now, "rows": rows}
+
+
+async def _circuits(state: ServerState, params: Params) -> Context:
+    now, rows = await views.circuit_rows(state.app)
+    return {"nav": "circuits", "now": now, "rows": rows}
+
+
+@dataclass(frozen=True, slots=True)
+class LivePage:
+    """A page whose ``live`` block the stream (live.py) can push: its data
+    depends only on the store and the query string, never on who looks."""
+
+    template: str
+    load: Loader
+
+
+#: By local path. The job and workflow pages are not here: they keep the poll.
+LIVE_PAGES: dict[str, LivePage] = {
+    "/": LivePage("overview.html", _overview),
+    "/jobs": LivePage("jobs.html", _jobs),
+    "/dead-letters": LivePage("dead_letters.html", _dead_letters),
+    "/queues": LivePage("queues.html", _queues),
+    "/schedules": LivePage("schedules.html", _schedules),
+    "/workers": LivePage("workers.html", _workers),
+    "/circuits": LivePage("circuits.html", _circuits),
+}
+
+
+def _live_page(path: str) -> PageHandler:
+    live = LIVE_PAGES[path]
+
+    async def handler(request: Request, session: Session) -> Response:
+        context = await live.load(state_of(request), request.query_params)
+        stream = href(request, "/live", {"page": local(path, dict(request.query_params))})
+        return render(request, live.template, {**context, "stream": stream}, session=session)
+
+    handler.__name__ = live.load.__name__.lstrip("_")
+    return handler
+
+
+overview = _live_page("/")
+jobs = _live_page("/jobs")
+dead_letters = _live_page("/dead-letters")
+queues = _live_page("/queues")
+schedules = _live_page("/schedules")
+workers = _live_page("/workers")
+circuits = _live_page("/circuits")
 
 
 async def job(request: Request, session: Session) -> Response:
@@ -96,46 +184,3 @@ async def workflow(request: Request, session: Session) -> Response:
     if data is None:
         return error_page(request, session, 404, f"No workflow with id {workflow_id!r}.")
     return render(request, "workflow.html", {"nav": "jobs", "w": data}, session=session)
-
-
-async def dead_letters(request: Request, session: Session) -> Response:
-    app = app_of(request)
-    q, problems = job_query(request.query_params, dead_letters=True)
-    show_retried = request.query_params.get("retried") == "show"
-    data = await views.dead_letter_page(app, q, show_retried)
-    data.problems = problems
-    context = {
-        "nav": "dead_letters",
-        "q": q,
-        "p": data,
-        "reasons": views.REASONS,
-        "tasks": sorted(app.tasks),
-        "show_retried": show_retried,
-    }
-    return render(request, "dead_letters.html", context, session=session)
-
-
-async def queues(request: Request, session: Session) -> Response:
-    now, rows = await views.queue_rows(app_of(request))
-    context = {"nav": "queues", "now": now, "queues": rows, "states": views.STATES}
-    probe = state_of(request).broker
-    if probe is not None:  # RabbitMQ dispatch: the broker's depths beside the store's
-        context["broker"], context["broker_error"] = await views.broker_depths(probe, rows)
-    return render(request, "queues.html", context, session=session)
-
-
-async def schedules(request: Request, session: Session) -> Response:
-    rows = await views.schedule_rows(app_of(request))
-    return render(request, "schedules.html", {"nav": "schedules", "rows": rows}, session=session)
-
-
-async def workers(request: Request, session: Session) -> Response:
-    now, rows = await views.worker_rows(app_of(request))
-    context = {"nav": "workers", "now": now, "rows": rows}
-    return render(request, "workers.html", context, session=session)
-
-
-async def circuits(request: Request, session: Session) -> Response:
-    now, rows = await views.circuit_rows(app_of(request))
-    context = {"nav": "circuits", "now": now, "rows": rows}
-    return render(request, "circuits.html", context, session=session)

@@ -145,6 +145,28 @@ def redirect(
     return response
 
 
+def _values(
+    request: Request, context: Mapping[str, Any], session: Session | None
+) -> dict[str, Any]:
+    return {
+        "request": request,
+        "session": session,
+        "nav": None,
+        "href": lambda path, **params: href(request, path, params),
+        "local": lambda path, **params: local(path, params),
+        "flash": _flash_of(request),
+        **context,
+    }
+
+
+def live_fragment(
+    request: Request, template: str, context: Mapping[str, Any], session: Session
+) -> str:
+    """The page's ``live`` block alone, as the stream pushes it."""
+    tmpl = _env.get_template(template)
+    return "".join(tmpl.blocks["live"](tmpl.new_context(_values(request, context, session))))
+
+
 def render(
     request: Request,
     template: str,
@@ -155,16 +177,8 @@ def render(
 ) -> Response:
     """The page, or only its ``live`` block when the live-update script asks."""
     tmpl = _env.get_template(template)
-    flash = _flash_of(request)
-    values = {
-        "request": request,
-        "session": session,
-        "nav": None,
-        "href": lambda path, **params: href(request, path, params),
-        "local": lambda path, **params: local(path, params),
-        "flash": flash,
-        **context,
-    }
+    values = _values(request, context, session)
+    flash = values["flash"]
     live = request.headers.get(LIVE_HEADER) == "1" and "live" in tmpl.blocks
     render_live = tmpl.blocks["live"] if live else None
     body = "".join(render_live(tmpl.new_context(values))) if render_live else tmpl.render(values)

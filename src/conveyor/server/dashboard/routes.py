@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from conveyor.server.dashboard import actions, pages, signin, static
+from conveyor.server.dashboard import actions, live, pages, signin, static
 from conveyor.server.dashboard.guard import action, page
 
 ROUTES: list[Route] = [
@@ -24,6 +24,7 @@ ROUTES: list[Route] = [
     action("/schedules/actions", actions.schedule_action),
     action("/circuits/reset", actions.reset_circuit),
     action("/sign-out", signin.sign_out, scope=None),
+    Route("/live", live.stream, methods=["GET"], name="dashboard_live"),
     Route("/sign-in", signin.sign_in_form, methods=["GET"], name="dashboard_sign_in_form"),
     Route("/sign-in", signin.sign_in, methods=["POST"], name="dashboard_sign_in"),
     Route(static.PREFIX + "{name}", static.serve_asset, methods=["GET"], name="dashboard_static"),
