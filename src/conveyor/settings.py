@@ -32,6 +32,7 @@ from pydantic_settings import (
 
 from conveyor.durations import parse_duration
 from conveyor.errors import ConfigurationError
+from conveyor.sizes import parse_size
 
 DEFAULT_URL = "sqlite:///./conveyor.db"
 
@@ -64,6 +65,16 @@ def _optional_duration(value: Any) -> float | None:
 
 
 OptionalDuration = Annotated[float | None, BeforeValidator(_optional_duration)]
+
+
+def _optional_size(value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    return parse_size(value)
+
+
+#: Bytes, or a string like ``"512MB"`` / ``"512MiB"`` (sizes.py); ``None``: no limit.
+OptionalSize = Annotated[int | None, BeforeValidator(_optional_size)]
 
 
 class QueueThreshold(BaseModel):
@@ -131,6 +142,10 @@ class Settings(BaseSettings):
     attempt not counted) until the job is this old, then fails it ``unknown_task``:
     during a rolling deploy, old workers leave new tasks to new workers. 0: fail
     at once."""
+    max_worker_rss: OptionalSize = None
+    """A worker whose resident memory passes this (bytes, or ``"512MB"``) stops
+    claiming, lets its running jobs finish, gives its buffer back and exits
+    with code 75, for its supervisor to start a fresh one (``None``: no limit)."""
     worker_queue_ttl: Duration = 300.0
     cleanup_interval: Duration = 60.0
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"

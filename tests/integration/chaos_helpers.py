@@ -81,12 +81,19 @@ def worker_argv(app: str, concurrency: int, extra: Sequence[str] = ()) -> list[s
 
 
 def producer_argv(
-    out: Path, count: int, seed: int = 0, keys: bool = False, seconds: float = 0.0
+    out: Path,
+    count: int,
+    seed: int = 0,
+    keys: bool = False,
+    seconds: float = 0.0,
+    attempts: int | None = None,
 ) -> list[str]:
     """A producer process (:mod:`chaos_apps.producer`) writing its acks to ``out``;
-    its jobs (``chaos.sleep``) sleep ``seconds``."""
+    its jobs (``chaos.sleep``) sleep ``seconds`` and have ``attempts`` attempts
+    (the task's default when None)."""
     argv = [sys.executable, "-m", PRODUCER, "--out", str(out), "--count", str(count)]
     argv += ["--seed", str(seed), "--seconds", str(seconds)]
+    argv += ["--attempts", str(attempts)] if attempts is not None else []
     return [*argv, *(["--keys"] if keys else [])]
 
 

@@ -20,7 +20,7 @@ import random
 import signal
 import sqlite3
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from contextlib import closing
 from pathlib import Path
 
@@ -38,7 +38,7 @@ from chaos_helpers import (
 )
 
 from conveyor.app import Conveyor
-from conveyor.job import JobState
+from conveyor.job import Job, JobState
 
 pytestmark = pytest.mark.slow
 
@@ -49,6 +49,12 @@ KILL_LEASE = {"CONVEYOR_LEASE": "2s", "CONVEYOR_MAX_STALLED": "1000"}
 #: worker too: minutes of kills would dead-letter it as poison (G5, max_stalled
 #: 3). These kills are not the job's fault, so every worker here forgives them.
 RESCUER = {"CONVEYOR_MAX_STALLED": "1000"}
+#: Attempts are spent at claim (G5), prefetched or running: minutes of kills
+#: let three killed workers in a row hold the same job, which then fails
+#: ``stalled`` with no attempt left (the poison bound doing its job on a job
+#: that is no poison). The producer gives every job as many attempts as the
+#: workers forgive stalls.
+ATTEMPTS = 1000
 
 
 def kill_seconds() -> float:
@@ -116,6 +122,29 @@ def is_zombie(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
 
+def describe_unfinished(
+    stored: dict[str, Job], unfinished: list[str], log: KillLog, cluster: Cluster
+) -> str:
+    """Where the unfinished jobs are: by state, and for active ones whether
+    their worker is a killed one (a lease nobody recovered) or a live one."""
+    killed_ids: set[str] = set()
+    for pid in log.pids:
+        killed_ids |= worker_ids_of(cluster.runs_dir, pid)
+    states: Counter[str] = Counter()
+    for job_id in unfinished:
+        job = stored[job_id]
+        where = job.state.value
+        if job.state is JobState.ACTIVE:
+            where += " (killed worker)" if job.worker_id in killed_ids else f" ({job.worker_id})"
+        states[where] += 1
+    sample = [
+        f"{j.id} {j.state.value} attempts={j.attempts} stalls={j.stalls} reason={j.failure_reason} "
+        f"run_at={j.run_at} error={j.error.message if j.error else None}"
+        for j in (stored[job_id] for job_id in unfinished[:5])
+    ]
+    return f"{dict(states)}; e.g.\n  " + "\n  ".join(sample)
+
+
 def read_acked(path: Path) -> list[str]:
     """The job ids the producer acknowledged, one a line."""
     return path.read_text().split()
@@ -131,6 +160,9 @@ async def check_and_report(
     async def drained() -> bool:
         return await app.count_jobs(JobState.COMPLETED) >= total
 
+    # When the kills stop, every child of --processes may sit in the
+    # supervisor's restart backoff (at most 30 s, its documented maximum):
+    # the drain gets that on top of a generous margin.
     try:
         await cluster.wait_until(
             drained, max(120.0, kill_seconds() * 2), "not every acknowledged job completed", 0.25
@@ -171,7 +203,10 @@ async def check_and_report(
     assert log.kills > 0, "no worker was killed: the test proved nothing"
     assert total > 0, "the producer acknowledged nothing"
     assert not lost, f"{len(lost)} acknowledged enqueue(s) are not in the store (G1)"
-    assert not unfinished, f"{len(unfinished)} job(s) never completed\n{cluster.tails()}"
+    assert not unfinished, (
+        f"{len(unfinished)} job(s) never completed: "
+        f"{describe_unfinished(stored, unfinished, log, cluster)}\n{cluster.tails()}"
+    )
     assert not never_ran, f"{len(never_ran)} completed job(s) have no recorded run"
     assert not stray, f"{len(stray)} job(s) ran twice outside a killed worker: {stray[:5]}"
     assert not outside, (
@@ -189,7 +224,9 @@ async def test_repeated_kills_lose_nothing(tmp_path: Path, store: str) -> None:
     async with Cluster(tmp_path, store) as cluster:
         app = await cluster.app()
         acked = cluster.dir / "acked.txt"
-        cluster.spawn("producer", producer_argv(acked, job_count(), seed=1, seconds=0.05))
+        cluster.spawn(
+            "producer", producer_argv(acked, job_count(), seed=1, seconds=0.05, attempts=ATTEMPTS)
+        )
         log = KillLog()
         deadline = time.monotonic() + kill_seconds()
         while time.monotonic() < deadline or log.kills < 2:
@@ -212,7 +249,9 @@ async def test_repeated_kills_under_processes(tmp_path: Path, store: str) -> Non
     async with Cluster(tmp_path, store) as cluster:
         app = await cluster.app()
         acked = cluster.dir / "acked.txt"
-        cluster.spawn("producer", producer_argv(acked, job_count(), seed=2, seconds=0.05))
+        cluster.spawn(
+            "producer", producer_argv(acked, job_count(), seed=2, seconds=0.05, attempts=ATTEMPTS)
+        )
         supervisor = cluster.start_worker(10, env=KILL_LEASE, extra=["--processes", "3"])
         log = KillLog()
         deadline = time.monotonic() + kill_seconds()

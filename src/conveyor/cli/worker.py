@@ -23,6 +23,7 @@ from conveyor.errors import MissingDependency
 from conveyor.job import ErrorInfo, Job
 from conveyor.logs import LogFormat, set_worker_id, setup_logging
 from conveyor.loops import LOOP_NAMES, resolve_loop
+from conveyor.worker.memory import RECYCLE_EXIT
 from conveyor.worker.worker import WorkerCrashed
 
 if TYPE_CHECKING:
@@ -75,9 +76,8 @@ def log_format_option(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--processes",
     type=click.IntRange(1),
-    default=1,
-    show_default=True,
-    help="Run this many worker processes under a supervisor that restarts them.",
+    help="Run this many worker processes under a supervisor that restarts them "
+    "(1 too: one supervised process). Without it: one worker, no supervisor.",
 )
 @click.option("--burst", is_flag=True, help="Exit once nothing is due.")
 @click.option(
@@ -122,7 +122,7 @@ def worker_command(
     queues: tuple[str, ...],
     concurrency: int | None,
     prefetch: int | None,
-    processes: int,
+    processes: int | None,
     burst: bool,
     with_scheduler: bool,
     loop_name: str,
@@ -150,7 +150,7 @@ def worker_command(
     resolve_loop(loop_name)
     listen = split_list(queues)
     setup_logging(log_level, log_format)
-    if processes > 1:
+    if processes is not None:
         command = [sys.executable, "-m", "conveyor", "worker", app_spec]
         if listen:
             command += ["--queues", ",".join(listen)]
@@ -180,7 +180,7 @@ def worker_command(
         if metrics_port is not None:
             server = serve(metrics_port, metrics.registry, metrics_host)
     try:
-        loops.run(
+        recycled = loops.run(
             run_worker(
                 app,
                 listen,
@@ -197,6 +197,8 @@ def worker_command(
     finally:
         if server is not None:
             server.shutdown()
+    if recycled:  # past max_worker_rss: a supervisor starts a fresh process
+        ctx.exit(RECYCLE_EXIT)
 
 
 def supervise(
@@ -244,7 +246,8 @@ async def run_worker(
     prefetch: int | None = None,
     quiet: bool = False,
     metrics: WorkerMetrics | None = None,
-) -> None:
+) -> bool:
+    """Run one worker until it stops; True when it stopped past ``max_worker_rss``."""
     log_tasks(app)
     log_jobs(app, quiet)
     lag_probe = None
@@ -280,6 +283,7 @@ async def run_worker(
             worker.processed - worker.released,
             worker.released,
         )
+    return worker.memory is not None and worker.memory.exceeded is not None
 
 
 async def beside_scheduler(app: Conveyor, main: Coroutine[Any, Any, T]) -> T:

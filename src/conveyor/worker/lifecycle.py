@@ -16,6 +16,7 @@ from conveyor.maintenance.stalls import StallReaper
 from conveyor.worker.handoffs import HandoffReceiver
 from conveyor.worker.heartbeat import Heartbeat
 from conveyor.worker.looplag import LoopWatchdog
+from conveyor.worker.memory import MemoryWatch
 
 if TYPE_CHECKING:
     from conveyor.backends.base import Backend
@@ -49,6 +50,10 @@ async def start_side_roles(worker: Worker, backend: Backend) -> None:
     roles.start("stats", worker.stats.run())
     watchdog = LoopWatchdog(settings.lease, worker.active.keys)
     roles.start("loop watchdog", watchdog.run())
+    if settings.max_worker_rss is not None:
+        worker.memory = MemoryWatch(settings.max_worker_rss, worker.stop)
+        roles.may_end("memory")  # it returns once it has stopped the worker
+        roles.start("memory", worker.memory.run())
     if worker.maintenance:
         reaper = StallReaper(backend, runtime.events, settings.max_stalled)
         cleaner = RetentionCleaner(

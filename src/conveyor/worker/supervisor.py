@@ -4,7 +4,9 @@ Each child is the same ``conveyor worker`` command without ``--processes``, in
 its own process group so that a terminal's Ctrl-C reaches only the supervisor,
 which forwards it: one signal, one graceful stop per child. A child that dies
 while no stop was asked for is restarted after a backoff (1 s, doubling up to
-30 s, reset once a child has run for a while). The first SIGTERM/SIGINT is
+30 s, reset once a child has run for a while); one that exits with code 75
+(:data:`~conveyor.worker.memory.RECYCLE_EXIT`: it passed ``max_worker_rss``
+and stopped cleanly) is replaced at once. The first SIGTERM/SIGINT is
 forwarded to every child; a second one, or ``shutdown_timeout`` + 10 s
 without every child gone, kills them (SIGKILL). The supervisor exits when all
 children have exited: 0 after a clean stop (or, with ``--burst``, once every
@@ -23,6 +25,7 @@ import signal
 from collections.abc import Callable, Sequence
 
 from conveyor.durations import format_duration
+from conveyor.worker.memory import RECYCLE_EXIT
 
 logger = logging.getLogger("conveyor.supervisor")
 
@@ -142,10 +145,19 @@ class Supervisor:
                 self._on_child_exit(proc.pid)
             ran = loop.time() - started
             if self.stopping:
-                if code not in (0, -signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL):
+                if code not in (0, RECYCLE_EXIT, -signal.SIGTERM, -signal.SIGINT, -signal.SIGKILL):
                     self._failed = True
                 logger.info("worker %d (pid %d) %s", slot, proc.pid, describe_exit(code))
                 return
+            if code == RECYCLE_EXIT:  # past max_worker_rss, after a clean stop
+                logger.info(
+                    "worker %d (pid %d) exited to be recycled (max_worker_rss); "
+                    "starting a fresh one",
+                    slot,
+                    proc.pid,
+                )
+                failures = 0
+                continue
             if self.burst and code == 0:
                 logger.info("worker %d (pid %d) finished its burst", slot, proc.pid)
                 return

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from conveyor.dispatch import Dispatcher
     from conveyor.runtime import Runtime
     from conveyor.worker.handoffs import HandoffReceiver
+    from conveyor.worker.memory import MemoryWatch
 
     #: What the claim loop awaits between claims (queues, poll timeout).
     WaitForWork = Callable[[Sequence[str], float], Coroutine[Any, Any, None]]
@@ -156,6 +157,8 @@ class Worker:
         self.wait_for_work: WaitForWork | None = None
         #: RabbitMQ dispatch's roles in this worker (``settings.dispatch``), while running.
         self.dispatcher: Dispatcher | None = None
+        #: With ``max_worker_rss``: the watch; ``memory.exceeded`` once it stopped the worker.
+        self.memory: MemoryWatch | None = None
 
     @property
     def prefetch(self) -> int:

@@ -1,4 +1,4 @@
-"""The chaos app: tasks that sleep, die, refuse to be cancelled or validate.
+"""The chaos app: tasks that sleep, die, leak memory, refuse to be cancelled or validate.
 
 Every task records its runs in the side table (:mod:`.recorder`) and returns
 ``{"pid", "worker_id", "attempt"}`` so a job's final result names the process
@@ -22,6 +22,9 @@ from conveyor.context import JobContext
 from conveyor.task import Handler
 
 from .recorder import RECORDER, recorded
+
+#: What ``chaos.hog`` leaks: kept for the life of the process.
+HOARD: list[bytes] = []
 
 
 def outcome(ctx: JobContext) -> dict[str, Any]:
@@ -130,6 +133,14 @@ def make_app(url: str | None = None) -> Conveyor:
         with recorded(ctx):
             if ctx.job.attempts == 1:
                 time.sleep(seconds)  # noqa: ASYNC251  # blocking the loop is the point
+        return outcome(ctx)
+
+    @app.task("chaos.hog")
+    async def hog(ctx: JobContext, mb: int = 10, seconds: float = 0.0) -> dict[str, Any]:
+        """Grow the process by ``mb`` MB it never frees (a leak), then sleep."""
+        with recorded(ctx):
+            HOARD.append(b"\x01" * (mb * 1024 * 1024))  # written: resident, not lazy
+            await asyncio.sleep(seconds)
         return outcome(ctx)
 
     app.register(Validated())

@@ -8,6 +8,7 @@ names its batch and the batch's size, so a torn batch can be spotted.
 
 With ``--keys``, job ``i`` carries the idempotency key ``key-<i>`` (in an order
 shuffled by ``--seed``) and each line is ``<key> <job id> <duplicate 0/1>`` (G7).
+``--attempts N`` enqueues every job with ``attempts=N``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from pathlib import Path
 from conveyor.app import Conveyor
 
 
-async def produce(out: Path, count: int, seed: int, seconds: float, keys: bool) -> None:
+async def produce(
+    out: Path, count: int, seed: int, seconds: float, keys: bool, attempts: int | None
+) -> None:
     rng = random.Random(seed)
     order = list(range(count))
     if keys:
@@ -35,7 +38,9 @@ async def produce(out: Path, count: int, seed: int, seconds: float, keys: bool) 
                 items = []
                 for i in order[sent : sent + size]:
                     payload = {"seconds": seconds, "producer": seed, "batch": batch, "size": size}
-                    options = {"idempotency_key": f"key-{i}"} if keys else {}
+                    options: dict[str, object] = {"idempotency_key": f"key-{i}"} if keys else {}
+                    if attempts is not None:
+                        options["attempts"] = attempts
                     items.append(("chaos.sleep", payload, options))
                 if size == 1:
                     jobs = [await app.enqueue(items[0][0], items[0][1], **items[0][2])]
@@ -63,8 +68,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=0.0)
     parser.add_argument("--keys", action="store_true", help="use idempotency keys key-<i>")
+    parser.add_argument("--attempts", type=int, help="each job's attempts (the task's default)")
     args = parser.parse_args()
-    asyncio.run(produce(args.out, args.count, args.seed, args.seconds, args.keys))
+    asyncio.run(produce(args.out, args.count, args.seed, args.seconds, args.keys, args.attempts))
 
 
 if __name__ == "__main__":

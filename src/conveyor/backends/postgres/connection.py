@@ -85,6 +85,11 @@ def raise_typed(exc: BaseException, what: str) -> NoReturn:
         )
         if refusal is not None:
             raise refusal from None
+    if isinstance(exc, asyncpg.ReadOnlySQLTransactionError):  # 25006: nothing was written
+        raise BackendUnavailable(
+            f"PostgreSQL is read-only ({what}): {exc}; nothing was written "
+            "(default_transaction_read_only, or a standby); retry once it accepts writes"
+        ) from exc
     if isinstance(exc, UNAVAILABLE) and not isinstance(exc, asyncpg.DataError):
         raise BackendUnavailable(f"PostgreSQL unavailable ({what}): {exc!r}") from exc
     raise BackendError(f"PostgreSQL error ({what}): {exc}") from exc

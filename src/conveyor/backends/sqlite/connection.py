@@ -39,6 +39,12 @@ Ts = TypeVarTuple("Ts")
 _BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _UNAVAILABLE_CODES = frozenset({8, 10, 13, 14, 15})  # READONLY IOERR FULL CANTOPEN PROTOCOL
 
+#: Storage faults, with what to tell the caller (SQLITE_FULL, SQLITE_READONLY).
+_STORAGE_FAULTS = {
+    13: "is on a full disk (SQLITE_FULL)",
+    8: "is read-only (SQLITE_READONLY: file permissions or a read-only mount)",
+}
+
 MIN_SQLITE = (3, 35, 0)  # RETURNING
 
 
@@ -58,7 +64,13 @@ def translate(exc: sqlite3.Error, path: object) -> BackendError:
             f"SQLite database {path} stayed busy (another connection held its write lock) "
             "past busy_timeout; retry later"
         )
-    if isinstance(code, int) and (code & 0xFF) in _UNAVAILABLE_CODES:
+    primary = code & 0xFF if isinstance(code, int) else None
+    if primary in _STORAGE_FAULTS:  # the transaction rolled back: nothing was stored
+        return BackendUnavailable(
+            f"SQLite database {path} {_STORAGE_FAULTS[primary]}: nothing was written; "
+            "retry once the fault clears"
+        )
+    if primary in _UNAVAILABLE_CODES:
         return BackendUnavailable(f"SQLite database {path} is unavailable: {exc}")
     return BackendError(f"SQLite error on {path}: {exc}")
 
