@@ -12,14 +12,12 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
-from opentelemetry.util._once import Once
 
 from conveyor.app import Conveyor
 from support.kits import KITS, UrlKit
+from support.tracing import in_memory_spans
 
 from .conftest import Cli, clean_env, wait_until
 
@@ -28,21 +26,10 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
 
 
-def _reset_global_provider() -> None:
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace._TRACER_PROVIDER = None
-
-
 @pytest.fixture
 def producer_spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    _reset_global_provider()
-    trace.set_tracer_provider(provider)
-    yield exporter
-    provider.shutdown()
-    _reset_global_provider()
+    with in_memory_spans() as exporter:
+        yield exporter
 
 
 @pytest.fixture(params=["sqlite", "postgres", "redis"])

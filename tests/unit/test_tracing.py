@@ -9,34 +9,21 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from opentelemetry.util._once import Once
 
 from conveyor.app import Conveyor
 from conveyor.context import JobContext
 from conveyor.retry import Backoff
 from conveyor.tracing import RESERVED_METADATA_KEYS, tracing_live
-
-
-def _reset_global_provider() -> None:
-    # The API lets a process set its provider once; each test sets its own.
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace._TRACER_PROVIDER = None
+from support.tracing import in_memory_spans, reset_global_provider
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    _reset_global_provider()
-    trace.set_tracer_provider(provider)
-    yield exporter
-    provider.shutdown()
-    _reset_global_provider()
+    with in_memory_spans() as exporter:
+        yield exporter
 
 
 def by_kind(exporter: InMemorySpanExporter, kind: SpanKind) -> list[ReadableSpan]:
@@ -59,12 +46,12 @@ def make_app(**settings: Any) -> Conveyor:
 
 
 def test_without_a_provider_tracing_is_off() -> None:
-    _reset_global_provider()
+    reset_global_provider()
     assert not tracing_live()
 
 
 async def test_no_provider_leaves_the_metadata_alone() -> None:
-    _reset_global_provider()
+    reset_global_provider()
     app = make_app()
     job = await app.enqueue("add", {"a": 1, "b": 2})
     stored = await app.get_job(job.id)
