@@ -195,6 +195,9 @@ class Job:
     on_dependency_failure: DependencyPolicy = DependencyPolicy.CANCEL
     #: The workflow this job belongs to (``app.start``), if any.
     workflow_id: str | None = None
+    #: The key its task's ``key_concurrency`` counts running jobs by (``None``:
+    #: the task's one shared group).
+    concurrency_key: str | None = None
     _source: JobSource | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -236,6 +239,7 @@ class Job:
             "depends_on": list(self.depends_on),
             "on_dependency_failure": self.on_dependency_failure.value,
             "workflow_id": self.workflow_id,
+            "concurrency_key": self.concurrency_key,
             "duplicate": self.duplicate,
         }
 

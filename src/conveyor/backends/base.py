@@ -36,6 +36,23 @@ Rules every implementation follows:
   waiting (delayed if their ``run_at`` is still ahead) once every dependency is
   satisfied, or cancelled ``dependency_failed``, transitively. Exactly once,
   however many operations finish dependencies at the same moment.
+- Per-key concurrency (``ClaimRequest.key_limits``): a job of a capped task
+  holds one slot of its ``(task, concurrency_key)`` group exactly while it is
+  ``active``. The slot is taken inside the claim, atomically with it (two
+  claimers on different hosts never pass the cap between them), and given back
+  by every way out of ``active``: settle (complete, retry, fail, cancel,
+  release), stall recovery, the end of a handoff. A claim skips a full group and
+  takes the jobs behind it; slots count claims made with or without a
+  ``key_limits`` entry for the task (every active job counts).
+- Debounce (``NewJob.debounce`` with an ``idempotency_key``): when the key's live
+  job is ``waiting`` or ``delayed``, the enqueue replaces that job's payload and
+  metadata, moves it to ``delayed`` until now + ``debounce`` (``expires_at`` from
+  then + ``ttl``), renews the key's expiry, and returns the job with
+  ``duplicate=True``; nothing else about it changes. When the key's job is
+  ``active``, ``blocked`` or finished, or the key is free, a new job is stored,
+  delayed until now + ``debounce``, and the key points at it. Atomic: concurrent
+  debounced enqueues of one key from many processes leave one unstarted job,
+  carrying the payload of the enqueue that was stored last.
 """
 
 from __future__ import annotations

@@ -44,6 +44,14 @@ class NewJob:
     waits for (it is ``blocked`` until they finish); see the contract doc."""
     on_dependency_failure: DependencyPolicy = DependencyPolicy.CANCEL
     workflow_id: str | None = None
+    concurrency_key: str | None = None
+    """Stored as ``Job.concurrency_key``: the group ``ClaimRequest.key_limits``
+    counts this job's task's running jobs in."""
+    debounce: float | None = None
+    """Seconds (> 0), only with ``idempotency_key``: while the key's job has not
+    started (waiting or delayed), this enqueue replaces its payload and metadata
+    and postpones it to now + ``debounce``; otherwise a new job is stored,
+    delayed until now + ``debounce`` (see the contract doc)."""
 
 
 @dataclass(slots=True)
@@ -59,6 +67,11 @@ class ClaimRequest:
     """Per-task cap for this claim (free per-task concurrency slots); absent = no cap."""
     rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
     """Cluster-wide sliding-window limits on starts, per task."""
+    key_limits: Mapping[str, int] = field(default_factory=dict)
+    """Cluster-wide caps per task: at most this many ``active`` jobs of the task
+    with the same ``concurrency_key`` (``None`` is one group of its own), counted
+    over every worker, this claim's jobs included. A full group is skipped, never
+    waited on: jobs behind it with other keys are claimed."""
     circuit_tasks: bool = True
     """Honour circuit state: skip tasks whose circuit is open; admit one trial
     job when its open period has passed (half-open)."""
@@ -68,8 +81,8 @@ class ClaimRequest:
     back short, keep this request for this many seconds, so that an enqueue
     claims new work for the worker directly
     (:meth:`~conveyor.backends.base.Backend.next_handoff`). Each claim replaces
-    it; 0 registers nothing. Only for requests without ``task_limits`` and
-    ``rate_limits`` (stored once, they would go stale)."""
+    it; 0 registers nothing. Only for requests without ``task_limits``,
+    ``rate_limits`` and ``key_limits`` (stored once, they would go stale)."""
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from conveyor.backends.base import CircuitState, ClaimRequest, ClaimResult
-from conveyor.backends.memory.store import RateLog, Store, to_job
+from conveyor.backends.memory.store import RateLog, Row, Store, WaitEntry, to_job
 from conveyor.ids import new_token
 from conveyor.job import ErrorInfo, FailureReason, Job, JobState
 
@@ -95,36 +95,49 @@ def claim_jobs(store: Store, request: ClaimRequest) -> ClaimResult:
                 heads.append((neg_priority, run_at, job_id, queue, task))
     heapq.heapify(heads)
     token = new_token()
+    key_limits = request.key_limits
+    skipped: list[tuple[list[WaitEntry], WaitEntry]] = []  # full groups' jobs, put back after
     while heads and len(claimed) < request.limit:
         _, _, _, queue, task = heapq.heappop(heads)
         left, trial = budgets[task]
         if left <= 0:
             continue
         heap = store.waiting[queue][task]
-        _, _, job_id, _ = heapq.heappop(heap)
-        row = store.jobs[job_id]
-        row.attempts += 1
-        row.lease_until = now + request.lease
-        row.lease_token = token
-        row.worker_id = request.worker_id
-        row.started_at = now
-        store.move(row, JobState.ACTIVE)
-        claimed.append(to_job(row))
-        budgets[task] = (left - 1, False)
-        if trial:
-            circuit = store.circuits[task]
-            circuit.state = CircuitState.HALF_OPEN
-            circuit.open_until = now + circuit.open_for
-        rate = request.rate_limits.get(task)
-        if rate is not None:
-            log = store.rates.setdefault(task, RateLog(rate.period))
-            log.period = max(log.period, rate.period)
-            log.starts.append(now)
+        entry = heapq.heappop(heap)
+        row = store.jobs[entry[2]]
+        cap = key_limits.get(task)
+        if cap is not None and store.running_keys.get((task, row.concurrency_key), 0) >= cap:
+            skipped.append((heap, entry))
+        else:
+            _claim_row(store, row, request, token, now)
+            claimed.append(to_job(row))
+            left -= 1
+            budgets[task] = (left, False)
+            if trial:
+                circuit = store.circuits[task]
+                circuit.state = CircuitState.HALF_OPEN
+                circuit.open_until = now + circuit.open_for
+            rate = request.rate_limits.get(task)
+            if rate is not None:
+                log = store.rates.setdefault(task, RateLog(rate.period))
+                log.period = max(log.period, rate.period)
+                log.starts.append(now)
         store.clean_waiting(heap)
-        if heap and left - 1 > 0:
+        if heap and left > 0:
             neg_priority, run_at, next_id, _ = heap[0]
             heapq.heappush(heads, (neg_priority, run_at, next_id, queue, task))
+    for heap, entry in skipped:
+        heapq.heappush(heap, entry)
     return ClaimResult(claimed, expired)
+
+
+def _claim_row(store: Store, row: Row, request: ClaimRequest, token: str, now: float) -> None:
+    row.attempts += 1
+    row.lease_until = now + request.lease
+    row.lease_token = token
+    row.worker_id = request.worker_id
+    row.started_at = now
+    store.move(row, JobState.ACTIVE)
 
 
 async def wait_for_work(store: Store, queues: Sequence[str], timeout: float) -> None:

@@ -82,6 +82,7 @@ class Row:
     depends_on: tuple[str, ...] = ()
     on_dependency_failure: DependencyPolicy = DependencyPolicy.CANCEL
     workflow_id: str | None = None
+    concurrency_key: str | None = None
     dependents: list[str] | None = None
     """Ids of the blocked jobs waiting on this one (``None``: none ever did)."""
     seq: int = 0
@@ -165,6 +166,7 @@ def to_job(row: Row, duplicate: bool = False) -> Job:
         depends_on=list(row.depends_on),
         on_dependency_failure=row.on_dependency_failure,
         workflow_id=row.workflow_id,
+        concurrency_key=row.concurrency_key,
         duplicate=duplicate,
         decode_error=fields.problem,
     )
@@ -204,6 +206,8 @@ class Store:
         self.schedules: dict[str, ScheduleRecord] = {}
         self.stat_totals: dict[StatKey, JobStat] = {}
         self.stat_series: dict[tuple[float, str, str, str], JobStat] = {}
+        # Active jobs per (task, concurrency_key): the slots key_limits count.
+        self.running_keys: dict[tuple[str, str | None], int] = {}
         # Rows that became terminal with dependents left to resolve (see move).
         self._finished: list[Row] = []
         self._resolving = False
@@ -247,6 +251,14 @@ class Store:
             counts[old] -= 1
             counts[state] += 1
             row.state = state
+            # Every way in and out of active passes here: the per-key slots with it.
+            if state is JobState.ACTIVE or old is JobState.ACTIVE:
+                group = (row.task, row.concurrency_key)
+                held = self.running_keys.get(group, 0) + (1 if state is JobState.ACTIVE else -1)
+                if held:
+                    self.running_keys[group] = held
+                else:
+                    del self.running_keys[group]
         self._index(row)
         if row.dependents is not None and state in TERMINAL_STATES:
             self._finished.append(row)

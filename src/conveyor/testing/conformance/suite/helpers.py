@@ -77,6 +77,7 @@ async def claim(
     task_limits: dict[str, int] | None = None,
     rate_limits: dict[str, RateLimit] | None = None,
     circuit_tasks: bool = True,
+    key_limits: dict[str, int] | None = None,
 ) -> ClaimResult:
     return await backend.claim_jobs(
         ClaimRequest(
@@ -87,6 +88,7 @@ async def claim(
             task_limits=task_limits or {},
             rate_limits=rate_limits or {},
             circuit_tasks=circuit_tasks,
+            key_limits=key_limits or {},
         )
     )
 
