@@ -69,6 +69,11 @@ class InvalidWorkflow(EnqueueError, ValueError):
     dependency id, or an unknown task. Nothing was stored."""
 
 
+class ConcurrencyKeyError(EnqueueError, ValueError):
+    """A task's ``concurrency_key`` function raised or returned something other
+    than a non-empty string. Nothing was stored."""
+
+
 class UnknownTask(ConveyorError, LookupError):
     """No handler is registered under this task name."""
 

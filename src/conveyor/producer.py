@@ -18,13 +18,13 @@ import orjson
 from conveyor import serialization
 from conveyor.backends.base import NewJob
 from conveyor.durations import parse_duration
-from conveyor.errors import PayloadTooLarge, UnknownTask
+from conveyor.errors import ConcurrencyKeyError, PayloadTooLarge, UnknownTask
 from conveyor.ids import new_id
 from conveyor.job import DependencyPolicy, Job
 
 if TYPE_CHECKING:
     from conveyor.settings import Settings
-    from conveyor.task import Task
+    from conveyor.task import KeySource, Task
 
 ENQUEUE_OPTIONS = frozenset(
     {
@@ -42,6 +42,8 @@ ENQUEUE_OPTIONS = frozenset(
         "depends_on",
         "on_dependency_failure",
         "idempotency_ttl",
+        "concurrency_key",
+        "debounce",
     }
 )
 
@@ -101,6 +103,13 @@ class _Defaults:
     timeout: float | None
     ttl: float | None
     idempotency_ttl: float
+    key_of: KeySource = None
+    debounce: float | None = None
+
+    @property
+    def plain(self) -> bool:
+        """No per-job rule to apply: the fast path may build the job."""
+        return self.key_of is None and self.debounce is None
 
 
 def _exact_float(name: str, value: Any) -> float:
@@ -136,6 +145,8 @@ class JobBuilder:
                 ttl=options.ttl if options else None,
                 idempotency_ttl=(options.idempotency_ttl if options else None)
                 or self._settings.idempotency_ttl,
+                key_of=options.concurrency_key if options else None,
+                debounce=options.debounce if options else None,
             )
             self._defaults[name] = found
         return found
@@ -162,7 +173,7 @@ class JobBuilder:
             raise TypeError("the task name must be a non-empty string")
         d = self._defaults_for(task)
         data = self._encode(payload)
-        if not options:
+        if not options and d.plain:
             # Positional: a third of the cost of keywords, on the hot path. The
             # order is NewJob's: id task queue payload priority max_attempts
             # timeout delay run_at ttl idempotency_key idempotency_ttl.
@@ -180,10 +191,16 @@ class JobBuilder:
                 None,
                 d.idempotency_ttl,
             )
-        return self._build_with_options(task, d, data, options, job_id or new_id())
+        return self._build_with_options(task, d, payload, data, options, job_id or new_id())
 
     def _build_with_options(
-        self, task: str, d: _Defaults, data: bytes, options: Mapping[str, Any], job_id: str
+        self,
+        task: str,
+        d: _Defaults,
+        payload: Any,
+        data: bytes,
+        options: Mapping[str, Any],
+        job_id: str,
     ) -> NewJob:
         unknown = set(options) - ENQUEUE_OPTIONS
         if unknown:
@@ -220,6 +237,11 @@ class JobBuilder:
         if tenant is not None and not isinstance(tenant, str):
             raise TypeError(f"tenant must be a string, not {type(tenant).__name__}")
         depends_on, on_failure = dependencies(options)
+        debounce = _debounce(options, d.debounce, key)
+        if debounce is not None and (depends_on or options.get("delay") or run_at is not None):
+            raise ValueError(
+                "debounce decides when the job runs: drop delay, run_at and depends_on"
+            )
         return check_bounds(
             NewJob(
                 id=job_id,
@@ -238,8 +260,46 @@ class JobBuilder:
                 metadata=serialization.dumps(metadata) if metadata else None,
                 depends_on=depends_on,
                 on_dependency_failure=on_failure,
+                concurrency_key=_concurrency_key(task, d.key_of, options, payload, tenant),
+                debounce=debounce,
             )
         )
+
+
+def _concurrency_key(
+    task: str, key_of: KeySource, options: Mapping[str, Any], payload: Any, tenant: str | None
+) -> str | None:
+    """The job's concurrency key: the enqueue's, else its task's rule applied."""
+    given = options.get("concurrency_key")
+    if given is not None:
+        if not isinstance(given, str) or not given:
+            raise ValueError(f"concurrency_key must be a non-empty string, not {given!r}")
+        return given
+    if key_of is None:
+        return None
+    if key_of == "tenant":
+        return tenant
+    assert callable(key_of)
+    try:
+        key = key_of({} if payload is None else payload)
+    except Exception as exc:
+        raise ConcurrencyKeyError(
+            f"the concurrency_key function of task {task!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(key, str) or not key:
+        raise ConcurrencyKeyError(
+            f"the concurrency_key function of task {task!r} must return a non-empty string, "
+            f"not {key!r}"
+        )
+    return key
+
+
+def _debounce(options: Mapping[str, Any], default: float | None, key: str | None) -> float | None:
+    given = options.get("debounce")
+    debounce = positive_duration("debounce", given) if given is not None else default
+    if debounce is not None and key is None:
+        raise ValueError("debounce needs an idempotency_key (the key whose job it postpones)")
+    return debounce
 
 
 def dependencies(options: Mapping[str, Any]) -> tuple[list[str], DependencyPolicy]:

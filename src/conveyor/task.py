@@ -35,6 +35,10 @@ class Priority:
     LOW = -10
 
 
+#: ``"tenant"``, or a function of the payload returning the key.
+KeySource = str | Callable[[Any], str] | None
+
+
 @dataclass(frozen=True, slots=True)
 class TaskOptions:
     """A task's defaults. ``None`` means "the app's setting"."""
@@ -48,6 +52,14 @@ class TaskOptions:
     concurrency: int | None = None
     ttl: float | None = None
     idempotency_ttl: float | None = None
+    #: At most this many jobs of the task run at once per concurrency key,
+    #: counted over every worker (``None``: no such cap).
+    key_concurrency: int | None = None
+    #: What a job's concurrency key is: its tenant (``"tenant"``) or a function of
+    #: the payload, evaluated at enqueue (``None``: one group for the whole task).
+    concurrency_key: KeySource = None
+    #: Seconds a debounced enqueue (with an ``idempotency_key``) postpones the job.
+    debounce: float | None = None
     keep_completed: Retention = None
     keep_failed: Retention = None
     circuit_threshold: int | None = None
@@ -76,6 +88,9 @@ def build_options(
     concurrency: int | None = None,
     ttl: float | str | None = None,
     idempotency_ttl: float | str | None = None,
+    key_concurrency: int | None = None,
+    concurrency_key: KeySource = None,
+    debounce: float | str | None = None,
     keep_completed: Any = _UNSET,
     keep_failed: Any = _UNSET,
     circuit_threshold: int | None = None,
@@ -105,6 +120,7 @@ def build_options(
         raise ValueError(f"batch_size must be an integer >= 1, not {batch_size!r}")
     if batch_wait is not None and batch_size is None:
         raise ValueError("batch_wait needs batch_size (it is how long a batch waits to fill)")
+    _check_key_concurrency(key_concurrency, concurrency_key)
     return TaskOptions(
         queue=queue,
         attempts=attempts,
@@ -115,6 +131,9 @@ def build_options(
         concurrency=concurrency,
         ttl=parse_duration(ttl) if ttl is not None else None,
         idempotency_ttl=key_ttl,
+        key_concurrency=key_concurrency,
+        concurrency_key=concurrency_key,
+        debounce=_debounce_seconds(debounce),
         keep_completed=None if keep_completed is _UNSET else _retention(keep_completed),
         keep_failed=None if keep_failed is _UNSET else _retention(keep_failed),
         keep_completed_set=keep_completed is not _UNSET,
@@ -126,6 +145,27 @@ def build_options(
         batch_size=batch_size,
         batch_wait=parse_duration(batch_wait) if batch_wait is not None else 0.0,
     )
+
+
+def _check_key_concurrency(cap: int | None, key: KeySource) -> None:
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ValueError(f"key_concurrency must be an integer >= 1, not {cap!r}")
+    if key is None:
+        return
+    if cap is None:
+        raise ValueError("concurrency_key needs key_concurrency (the cap it counts against)")
+    if not (key == "tenant" or callable(key)):
+        raise ValueError(
+            f"concurrency_key must be 'tenant' or a function of the payload, not {key!r}"
+        )
+
+
+def _debounce_seconds(debounce: float | str | None) -> float | None:
+    if debounce is None:
+        return None
+    from conveyor.producer import positive_duration
+
+    return positive_duration("debounce", debounce)
 
 
 class Handler:
@@ -146,6 +186,9 @@ class Handler:
     concurrency: int | None = None
     ttl: float | str | None = None
     idempotency_ttl: float | str | None = None
+    key_concurrency: int | None = None
+    concurrency_key: KeySource = None
+    debounce: float | str | None = None
     circuit_threshold: int | None = None
     circuit_open_for: float | str | None = None
     retry_on: tuple[type[BaseException], ...] = ()
@@ -168,6 +211,10 @@ class Handler:
             concurrency=self.concurrency,
             ttl=self.ttl,
             idempotency_ttl=self.idempotency_ttl,
+            key_concurrency=self.key_concurrency,
+            # The function as written in the class body, not bound to the handler.
+            concurrency_key=_unbound(inspect.getattr_static(self, "concurrency_key")),
+            debounce=self.debounce,
             circuit_threshold=self.circuit_threshold,
             circuit_open_for=self.circuit_open_for,
             retry_on=self.retry_on,
@@ -200,6 +247,10 @@ class Handler:
 
     async def on_failed(self, ctx: JobContext, exc: BaseException, will_retry: bool) -> None:
         """After an attempt failed (raised or timed out)."""
+
+
+def _unbound(attribute: Any) -> Any:
+    return attribute.__func__ if isinstance(attribute, staticmethod) else attribute
 
 
 class FunctionHandler(Handler):

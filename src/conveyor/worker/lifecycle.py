@@ -76,7 +76,11 @@ async def start_side_roles(worker: Worker, backend: Backend) -> None:
     # without a claim round trip. Caps and rate limits are per claim, so
     # a stored request would go stale: those workers are woken instead.
     worker.hands_off = (
-        backend.hands_off and not worker.burst and not worker.capped and not worker.rate_limited
+        backend.hands_off
+        and not worker.burst
+        and not worker.capped
+        and not worker.rate_limited
+        and not worker.key_capped
     )
     if worker.hands_off:
         handoffs = HandoffReceiver(backend, worker.id, settings.lease, worker.take)

@@ -71,6 +71,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("conveyor.worker")
 
+#: Longest wait between claims of a worker with key-capped tasks (seconds).
+KEY_SLOT_POLL = 0.1
+
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"
@@ -138,6 +141,12 @@ class Worker:
         self.rate_limited = {
             n: t.options.rate_limit for n, t in runtime.tasks.items() if t.options.rate_limit
         }
+        #: Cluster-wide caps per concurrency key, enforced by the store at claim.
+        self.key_capped = {
+            n: t.options.key_concurrency
+            for n, t in runtime.tasks.items()
+            if t.options.key_concurrency
+        }
         batch_tasks = {n: t for n, t in runtime.tasks.items() if t.options.batch_size}
         self._batcher = Batcher(self, batch_tasks) if batch_tasks else None
         #: In burst mode, how long an empty claim may wait on a rate limit's window.
@@ -145,7 +154,8 @@ class Worker:
         self.prefetcher = Prefetch(
             prefetch if prefetch is not None else self.settings.prefetch,
             self.concurrency,
-            rate_limited=bool(self.rate_limited),
+            # Buffered jobs hold their key's slots: no bigger buffer than asked.
+            rate_limited=bool(self.rate_limited or self.key_capped),
         )
         #: Direct handoff (backends that support it): decided in run().
         self.hands_off = False
@@ -292,6 +302,7 @@ class Worker:
             lease=self.settings.lease,
             task_limits=task_limits,
             rate_limits=self.rate_limited,
+            key_limits=self.key_capped,
             # Outlives the poll interval: an idle worker claims (and so
             # registers again) at least that often.
             handoff_for=self.settings.poll_interval + 1.0 if self.hands_off else 0.0,
@@ -356,6 +367,9 @@ class Worker:
             poll = self.settings.poll_interval
             if self.rate_limited:
                 poll = min(poll, 0.05)
+            elif self.key_capped:
+                # A slot freed by another worker sends no wake-up.
+                poll = min(poll, KEY_SLOT_POLL)
             self.slot_free.clear()
             wait = self.wait_for_work or backend.wait_for_work
             await self._wait_for(wait(self.queues, poll), self.slot_free.wait())
