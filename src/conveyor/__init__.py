@@ -7,6 +7,7 @@ from conveyor.context import BatchContext, JobContext
 from conveyor.errors import (
     BackendError,
     BackendUnavailable,
+    ConcurrencyKeyError,
     ConfigurationError,
     ConveyorError,
     InvalidSchedule,
@@ -34,6 +35,7 @@ __all__ = [
     "BackendUnavailable",
     "Backoff",
     "BatchContext",
+    "ConcurrencyKeyError",
     "ConfigurationError",
     "Conveyor",
     "ConveyorError",

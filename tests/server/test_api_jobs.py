@@ -80,6 +80,34 @@ async def test_idempotent_enqueue_answers_200_with_the_same_job(
     assert second.json()["duplicate"] is True
 
 
+async def test_enqueue_takes_the_flow_control_options(
+    served: tuple[Conveyor, httpx.AsyncClient],
+) -> None:
+    app, client = served
+    body = {
+        "task": "add",
+        "payload": {"a": 1, "b": 1},
+        "idempotency_key": "k-2",
+        "idempotency_ttl": "1h",
+        "concurrency_key": "acct-7",
+        "debounce": "30s",
+    }
+    first = await client.post("/api/v1/jobs", json=body, headers=auth(ENQUEUE))
+    later = {**body, "payload": {"a": 2, "b": 2}}
+    second = await client.post("/api/v1/jobs", json=later, headers=auth(ENQUEUE))
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json()["concurrency_key"] == "acct-7"
+    assert first.json()["state"] == "delayed"
+    stored = await app.get_job(first.json()["id"])
+    assert stored is not None
+    assert stored.payload == {"a": 2, "b": 2}
+    no_key = await client.post(
+        "/api/v1/jobs", json={"task": "add", "debounce": "5s"}, headers=auth(ENQUEUE)
+    )
+    assert no_key.status_code == 400
+    assert "debounce needs an idempotency_key" in error_of(no_key)["message"]
+
+
 async def test_cancel_retry_and_delete(served: tuple[Conveyor, httpx.AsyncClient]) -> None:
     app, client = served
     waiting = await app.enqueue("add", {"a": 1, "b": 2})

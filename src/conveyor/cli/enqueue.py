@@ -41,6 +41,12 @@ from conveyor.producer import check_task_known
 @click.option("--attempts", type=click.IntRange(1), help="Most attempts before dead-lettering.")
 @click.option("--timeout", type=DURATION, help="Per-attempt time limit.")
 @click.option("--ttl", type=DURATION, help="Fail as expired if still waiting after this long.")
+@click.option("--concurrency-key", help="The key the task's key_concurrency counts this job under.")
+@click.option(
+    "--debounce",
+    type=DURATION,
+    help="With --key: replace the key's job that has not started and run it after this long.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON instead of its id.")
 @backend_options
 def enqueue_command(task: str, payload: Any, as_json: bool, **options: Any) -> None:

@@ -38,7 +38,7 @@ async def list_jobs(request: Request) -> Response:
 
 def enqueue_options(body: EnqueueBody) -> dict[str, Any]:
     options = body.model_dump(exclude={"task", "payload"}, exclude_none=True)
-    for key in ("delay", "timeout", "ttl"):
+    for key in ("delay", "timeout", "ttl", "idempotency_ttl", "debounce"):
         if key in options:
             options[key] = parse_duration(options[key])
     return options

@@ -47,6 +47,11 @@ class EnqueueBody(Body):
     queue: Name | None = None
     ttl: DurationValue | None = None
     worker: Name | None = None
+    idempotency_ttl: DurationValue | None = None
+    concurrency_key: Name | None = None
+    debounce: DurationValue | None = Field(
+        None, description="With idempotency_key: replace the key's unstarted job and postpone it."
+    )
 
 
 #: How deep a workflow sent as JSON may nest (chains of groups of chains...).
