@@ -12,6 +12,7 @@ from conveyor.durations import parse_duration
 from conveyor.errors import JobNotFound, UnknownTask
 from conveyor.events import Callback, EventBus
 from conveyor.filters import job_filter
+from conveyor.flow import KeyUsage, key_usage
 from conveyor.job import FailureReason, Job, JobState
 from conveyor.retry import Backoff
 from conveyor.runtime import EnqueueItem, Runtime
@@ -272,6 +273,16 @@ class Conveyor:
         """``{queue: {waiting, delayed, active, completed, failed, cancelled}}``."""
         backend = await self.connect()
         return await backend.queue_counts()
+
+    async def key_usage(self) -> list[KeyUsage]:
+        """Running jobs per concurrency key: of this app's key-capped tasks (with
+        their caps) and of any active job that carries a key."""
+        caps = {
+            name: task.options.key_concurrency
+            for name, task in self.tasks.items()
+            if task.options.key_concurrency
+        }
+        return await key_usage(await self.connect(), caps)
 
     async def queues(self) -> list[QueueInfo]:
         backend = await self.connect()

@@ -424,3 +424,33 @@ def test_the_last_line_after_sigterm_counts_finished_and_released_jobs(
     assert proc.wait(timeout=20) == 0
     last = log.read_text().splitlines()[-1]
     assert re.search(r"worker \S+ stopped: 1 job\(s\) finished, 1 released back to waiting", last)
+
+
+@pytest.mark.slow
+def test_queues_show_running_jobs_per_concurrency_key(cli: Cli, tmp_path: Path) -> None:
+    for _ in range(2):
+        cli.enqueue("crm.sync", {"account": "a-1"}, "--app", APP)
+    other = cli.enqueue("add", {"a": 1, "b": 2}, "--concurrency-key", "acct-9")
+    assert cli.job(other)["concurrency_key"] == "acct-9"
+    assert cli.json("queues", "keys") == []
+    cli.start("worker", APP, "-c", "5", log=tmp_path / "worker.log")
+
+    def one_running() -> list[dict[str, object]]:
+        keys: list[dict[str, object]] = cli.json("queues", "keys", "--app", APP)
+        return keys if keys and keys[0]["running"] == 1 else []
+
+    (row,) = wait_until(one_running)
+    assert row == {"task": "crm.sync", "key": "a-1", "running": 1, "cap": 1}
+    shown = cli.run("queues", "--app", APP).stdout
+    assert "running per concurrency key" in shown
+    assert "a-1" in shown
+    # The cap held: the second job of the key still waits while the first runs.
+    waiting = [j for j in cli.json("jobs", "list", "--state", "waiting") if j["task"] == "crm.sync"]
+    assert len(waiting) == 1
+
+
+def test_bad_flow_control_options_are_one_line(cli: Cli) -> None:
+    result = cli.run("enqueue", "add", "--debounce", "5s", ok=False)
+    assert result.returncode != 0
+    assert "debounce needs an idempotency_key" in result.stderr
+    assert "Traceback" not in result.stderr

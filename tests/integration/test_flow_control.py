@@ -12,6 +12,7 @@ import pytest
 from worker_fixtures import Stack, running, settled
 
 from conveyor import JobState
+from conveyor.backends.base import ClaimRequest
 from conveyor.context import JobContext
 from conveyor.errors import ConcurrencyKeyError
 from conveyor.task import Handler
@@ -175,3 +176,27 @@ async def test_a_debounced_burst_runs_once_with_the_last_payload(stack: Stack) -
         assert len({job.id for job in jobs}) == 1
         assert (await settled(jobs[0])).state is JobState.COMPLETED
     assert seen == [9]
+
+
+async def test_key_usage_shows_running_jobs_per_key(stack: Stack) -> None:
+    app = stack.app()
+
+    @app.task("capped", key_concurrency=2, concurrency_key="tenant")
+    async def capped(ctx: JobContext) -> None: ...
+
+    for tenant in ("a", "a", "a", "b"):
+        await app.enqueue("capped", tenant=tenant)
+    await app.enqueue("capped")  # no tenant: the task's shared group
+    backend = await app.connect()
+    claimed = await backend.claim_jobs(
+        ClaimRequest(
+            worker_id="w", queues=["default"], limit=10, lease=30, key_limits={"capped": 2}
+        )
+    )
+    assert len(claimed.jobs) == 4
+    usage = [row.to_dict() for row in await app.key_usage()]
+    assert usage == [
+        {"task": "capped", "key": "a", "running": 2, "cap": 2},
+        {"task": "capped", "key": None, "running": 1, "cap": 2},
+        {"task": "capped", "key": "b", "running": 1, "cap": 2},
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from conveyor.app import Conveyor
-from conveyor.backends.base import WorkerInfo
+from conveyor.backends.base import ClaimRequest, WorkerInfo
 
 from .conftest import ADMIN, READ, Serve, auth
 
@@ -116,3 +116,16 @@ async def test_schedules_list_get_pause_resume_trigger_and_change_cron(
     missing = await client.post("/api/v1/schedules/nope/pause", headers=auth(ADMIN))
     assert missing.status_code == 404
     assert "nope" in missing.json()["error"]["message"]
+
+
+async def test_queues_list_running_jobs_per_concurrency_key(serve: Serve) -> None:
+    app, client = await serve(url="memory://api-keys")
+    for key in ("acct-1", "acct-1", "acct-2"):
+        await app.enqueue("add", {"a": 1, "b": 1}, concurrency_key=key)
+    backend = await app.connect()
+    await backend.claim_jobs(ClaimRequest(worker_id="w", queues=["default"], limit=10, lease=30))
+    body = (await client.get("/api/v1/queues", headers=auth(READ))).json()
+    assert body["keys"] == [
+        {"task": "add", "key": "acct-1", "running": 2, "cap": None},
+        {"task": "add", "key": "acct-2", "running": 1, "cap": None},
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -18,6 +19,7 @@ from conveyor.cli.common import (
     run,
 )
 from conveyor.durations import format_duration
+from conveyor.flow import KeyUsage
 from conveyor.job import JobState
 
 
@@ -71,7 +73,7 @@ def queues_group(ctx: click.Context, as_json: bool) -> None:
     """Counts per queue and state; pause and resume queues."""
     if ctx.invoked_subcommand is not None:
         return
-    rows = run(queue_rows)
+    rows, keys = run(_queues_and_keys)
     if as_json:
         print_json(rows)
         return
@@ -104,6 +106,46 @@ def queues_group(ctx: click.Context, as_json: bool) -> None:
     errors = {row["broker_error"] for row in rows if "broker_error" in row}
     for error in sorted(errors):
         out.print(f"[yellow]{escape(error)}[/]")
+    _print_keys(out, keys)
+
+
+async def _queues_and_keys(app: Conveyor) -> tuple[list[dict[str, Any]], list[KeyUsage]]:
+    return await queue_rows(app), await app.key_usage()
+
+
+def _print_keys(out: Console, keys: list[KeyUsage]) -> None:
+    """Running jobs per concurrency key, when any task is key-capped or running keyed."""
+    if not keys:
+        return
+    table = Table(title="running per concurrency key")
+    table.add_column("task", no_wrap=True)
+    table.add_column("key")
+    table.add_column("running", justify="right")
+    table.add_column("cap", justify="right")
+    for row in keys:
+        key = escape(row.key) if row.key is not None else "[dim](no key)[/]"
+        cap = str(row.cap) if row.cap is not None else "-"
+        table.add_row(escape(row.task), key, str(row.running), cap)
+    out.print(table)
+
+
+@queues_group.command("keys")
+@json_option
+@backend_options
+def queue_keys(as_json: bool) -> None:
+    """Running jobs per concurrency key (key_concurrency), busiest first."""
+
+    async def go(app: Conveyor) -> list[KeyUsage]:
+        return await app.key_usage()
+
+    keys = run(go)
+    if as_json:
+        print_json([row.to_dict() for row in keys])
+        return
+    if not keys:
+        console().print("no job with a concurrency key is running")
+        return
+    _print_keys(console(), keys)
 
 
 def _broker_cell(row: dict[str, Any]) -> str:

@@ -42,3 +42,8 @@ async def send(ctx: JobContext, to: str) -> str:
 
 
 not_an_app = {"this": "is a dict"}
+
+
+@app.task("crm.sync", key_concurrency=1, concurrency_key=lambda payload: payload["account"])
+async def crm_sync(ctx: JobContext, account: str, seconds: float = 30.0) -> None:
+    await asyncio.sleep(seconds)

@@ -143,6 +143,19 @@ def make_app(url: str | None = None) -> Conveyor:
             await asyncio.sleep(seconds)
         return outcome(ctx)
 
+    @app.task("chaos.keyed", key_concurrency=2, concurrency_key=lambda p: p["key"])
+    async def keyed(ctx: JobContext, key: str, seconds: float = 0.02) -> dict[str, Any]:
+        """At most 2 running per ``key`` across every worker (flow control)."""
+        with recorded(ctx):
+            await asyncio.sleep(seconds)
+        return outcome(ctx)
+
+    @app.task("chaos.debounced")
+    async def debounced(ctx: JobContext, key: str, producer: int, n: int) -> dict[str, Any]:
+        """Records the payload it ran with (a debounce storm keeps only the last)."""
+        with recorded(ctx):
+            return {**outcome(ctx), "key": key, "producer": producer, "n": n}
+
     app.register(Validated())
     return app
 

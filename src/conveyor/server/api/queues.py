@@ -27,7 +27,9 @@ async def _queues(app: Conveyor) -> list[dict[str, Any]]:
 
 
 async def list_queues(request: Request) -> Response:
-    return json_response({"queues": await _queues(app_of(request))})
+    app = app_of(request)
+    usage = [row.to_dict() for row in await app.key_usage()]
+    return json_response({"queues": await _queues(app), "keys": usage})
 
 
 async def _one(app: Conveyor, name: str) -> dict[str, Any]:

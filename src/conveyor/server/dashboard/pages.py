@@ -107,6 +107,7 @@ async def _dead_letters(state: ServerState, params: Params) -> Context:
 async def _queues(state: ServerState, params: Params) -> Context:
     now, rows = await views.queue_rows(state.app)
     context: Context = {"nav": "queues", "now": now, "queues": rows, "states": views.STATES}
+    context["keys"] = await state.app.key_usage()
     if state.broker is not None:  # RabbitMQ dispatch: the broker's depths beside the store's
         context["broker"], context["broker_error"] = await views.broker_depths(state.broker, rows)
     return context
