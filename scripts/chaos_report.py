@@ -45,7 +45,6 @@ FOOTER = """
 ## Not covered yet
 
 These faults from the reliability plan have no test in this report yet:
-disk full and read-only storage (the typed errors are in, their test is not),
 clock skew and jumps (`faketime`), partitions between hosts (network namespaces),
 Redis primary failover, and store restarts under load with idempotency keys
 in flight (PostgreSQL and Redis restarts are covered by their own
