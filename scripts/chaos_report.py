@@ -46,9 +46,7 @@ FOOTER = """
 
 These faults from the reliability plan have no test in this report yet:
 clock skew and jumps (`faketime`), partitions between hosts (network namespaces),
-Redis primary failover, and store restarts under load with idempotency keys
-in flight (PostgreSQL and Redis restarts are covered by their own
-integration tests, not by this report).
+and Redis primary failover.
 
 See [the guarantees](explanation/guarantees.md) for what each G-number promises.
 """
