@@ -33,6 +33,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 ensure_postgres
 ensure_redis
+ensure_faketime
 export CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL
 export CONVEYOR_REQUIRE_SERVICES=1
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
