@@ -15,7 +15,8 @@
 #   CONVEYOR_VENV               the virtual environment to use (default .venv;
 #                               create it with scripts/test.sh or make test)
 # PostgreSQL and Redis come from scripts/services.sh (running ones, or temporary).
-# The storage tests mount a tmpfs: run as root (as CI does), or they fail.
+# The storage tests mount a tmpfs and the partition test makes a network
+# namespace: run as root (as CI does), or they fail.
 set -euo pipefail
 
 # shellcheck source=scripts/_common.sh
@@ -34,6 +35,7 @@ trap 'exit 143' TERM
 ensure_postgres
 ensure_redis
 ensure_faketime
+ensure_nftables
 export CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL
 export CONVEYOR_REQUIRE_SERVICES=1
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"

@@ -46,10 +46,10 @@ FOOTER = """
 
 These faults from the reliability plan have no test in this report yet:
 clock jumps while a worker runs (a skew is covered: a worker an hour off
-under libfaketime), partitions between hosts (network namespaces), and Redis
-primary failover. SQLite has no clock-skew row: its store stamps with the
-writing process's clock, so a worker an hour ahead does take a normal
-worker's leases (see G11's limits).
+under libfaketime), Redis primary failover, and partitions that cut a
+producer or the store's replicas off (a worker cut off is covered). SQLite
+has no clock-skew row: its store stamps with the writing process's clock, so
+a worker an hour ahead does take a normal worker's leases (see G11's limits).
 
 See [the guarantees](explanation/guarantees.md) for what each G-number promises.
 """

@@ -252,6 +252,12 @@ ensure_faketime() {
     _apt_install faketime "libfaketime (for the clock-skew chaos tests)"
 }
 
+# The partition chaos test cuts a veth link with nftables.
+ensure_nftables() {
+    command -v nft >/dev/null 2>&1 || [[ -x /usr/sbin/nft ]] ||
+        _apt_install nftables "nftables (for the network-partition chaos test)"
+}
+
 ensure_redis() {
     local port="${CONVEYOR_REDIS_PORT:-6379}"
     ensure_redis_binaries
@@ -351,6 +357,7 @@ services_up() {
     ensure_redis
     ensure_rabbitmq
     ensure_faketime
+    ensure_nftables
 }
 
 # services_down: stop what services_up started (idempotent; safe from a trap).

@@ -36,7 +36,9 @@ def free_port() -> int:
 class OwnServer:
     """A throwaway PostgreSQL cluster (run as user postgres when we are root)."""
 
-    def __init__(self) -> None:
+    def __init__(self, listen: tuple[str, ...] = ()) -> None:
+        #: Addresses to listen on besides 127.0.0.1 (clients from 10.0.0.0/8 are trusted).
+        self.listen = listen
         self.bindir = bindir()
         self.dir = Path(tempfile.mkdtemp(prefix="conveyor-pg-restart-"))
         self.dir.chmod(0o755)  # the server user must reach it
@@ -59,9 +61,13 @@ class OwnServer:
             str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
             "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C",
         )  # fmt: skip
+        if self.listen:
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all 10.0.0.0/8 trust\n")
 
     def start(self) -> None:
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        addresses = ",".join(("127.0.0.1", *self.listen))
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses={addresses} -c fsync=off"
         self._run(
             str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log"),
             "-w", "-t", "60", "-o", options, "start",
