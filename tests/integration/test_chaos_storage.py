@@ -205,6 +205,7 @@ async def test_sqlite_read_only_mount(tmp_path: Path) -> None:
             finally:
                 await readonly.close()
             remount(disk, "rw")
+            assert producer.refused == REFUSALS, "an enqueue on the read-only mount returned"
 
             app = await reopen(cluster)
             producer.app = app
