@@ -2,7 +2,8 @@
 # The chaos suite and its report (docs/reliability.md):
 #   1. every chaos test (tests/integration/test_chaos_*.py) as CI runs them (quick);
 #   2. the long variants (CONVEYOR_CHAOS_LONG=1: a minute or more of repeated
-#      worker kills per store, alone and under --processes);
+#      worker kills per store, alone and under --processes; six restarts of a
+#      private Redis and PostgreSQL under 3,000 idempotency keys);
 #   3. docs/reliability.md from the figures the tests wrote. A failing row, or a
 #      failing test, fails the script.
 #
@@ -14,6 +15,8 @@
 #   CONVEYOR_VENV               the virtual environment to use (default .venv;
 #                               create it with scripts/test.sh or make test)
 # PostgreSQL and Redis come from scripts/services.sh (running ones, or temporary).
+# The storage tests mount a tmpfs and the partition test makes a network
+# namespace: run as root (as CI does), or they fail.
 set -euo pipefail
 
 # shellcheck source=scripts/_common.sh
@@ -31,6 +34,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 ensure_postgres
 ensure_redis
+ensure_faketime
+ensure_nftables
 export CONVEYOR_TEST_POSTGRES_URL CONVEYOR_TEST_REDIS_URL
 export CONVEYOR_REQUIRE_SERVICES=1
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -43,7 +48,7 @@ run_fg "$PY" -m pytest -q -p no:cacheprovider -ra tests/integration/test_chaos_*
 if [[ -z "$quick" ]]; then
     log "chaos tests, long variants (${CONVEYOR_CHAOS_SECONDS:-60}s of kills each)"
     CONVEYOR_CHAOS_LONG=1 run_fg "$PY" -m pytest -q -p no:cacheprovider -ra \
-        tests/integration/test_chaos_kills.py || rc=$?
+        tests/integration/test_chaos_kills.py tests/integration/test_chaos_restarts.py || rc=$?
 fi
 
 log "docs/reliability.md"

@@ -45,11 +45,11 @@ FOOTER = """
 ## Not covered yet
 
 These faults from the reliability plan have no test in this report yet:
-disk full and read-only storage (the typed errors are in, their test is not),
-clock skew and jumps (`faketime`), partitions between hosts (network namespaces),
-Redis primary failover, and store restarts under load with idempotency keys
-in flight (PostgreSQL and Redis restarts are covered by their own
-integration tests, not by this report).
+clock jumps while a worker runs (a skew is covered: a worker an hour off
+under libfaketime), Redis primary failover, and partitions that cut a
+producer or the store's replicas off (a worker cut off is covered). SQLite
+has no clock-skew row: its store stamps with the writing process's clock, so
+a worker an hour ahead does take a normal worker's leases (see G11's limits).
 
 See [the guarantees](explanation/guarantees.md) for what each G-number promises.
 """

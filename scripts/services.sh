@@ -243,6 +243,21 @@ ensure_redis_binaries() {
     fi
 }
 
+# The clock-skew chaos tests run a worker under libfaketime (LD_PRELOAD).
+ensure_faketime() {
+    local lib
+    for lib in /usr/lib/*/faketime/libfaketimeMT.so.1 /usr/lib/faketime/libfaketimeMT.so.1; do
+        [[ -e "$lib" ]] && return 0
+    done
+    _apt_install faketime "libfaketime (for the clock-skew chaos tests)"
+}
+
+# The partition chaos test cuts a veth link with nftables.
+ensure_nftables() {
+    command -v nft >/dev/null 2>&1 || [[ -x /usr/sbin/nft ]] ||
+        _apt_install nftables "nftables (for the network-partition chaos test)"
+}
+
 ensure_redis() {
     local port="${CONVEYOR_REDIS_PORT:-6379}"
     ensure_redis_binaries
@@ -341,6 +356,8 @@ services_up() {
     ensure_postgres
     ensure_redis
     ensure_rabbitmq
+    ensure_faketime
+    ensure_nftables
 }
 
 # services_down: stop what services_up started (idempotent; safe from a trap).

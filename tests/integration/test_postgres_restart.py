@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from chaos_helpers import Cluster
+from postgres_servers import OwnServer
 
 from conveyor.backends.base import JobFilter
 from conveyor.backends.postgres import PostgresBackend
@@ -59,70 +55,6 @@ async def main(out, count):
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
-
-
-def _bindir() -> Path:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    if found:
-        return found[-1].parent
-    initdb = shutil.which("initdb")
-    if initdb is None:
-        pytest.fail("initdb not found: install PostgreSQL server binaries", pytrace=False)
-    return Path(initdb).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class OwnServer:
-    """A throwaway PostgreSQL cluster (run as user postgres when we are root)."""
-
-    def __init__(self) -> None:
-        self.bindir = _bindir()
-        self.dir = Path(tempfile.mkdtemp(prefix="conveyor-pg-restart-"))
-        self.dir.chmod(0o755)  # the server user must reach it
-        self.data = self.dir / "data"
-        self.port = _free_port()
-        self.as_user: list[str] = []
-        if os.geteuid() == 0:
-            shutil.chown(self.dir, "postgres")
-            # runuser lives in sbin, which a minimal PATH (cron, env -i) leaves out.
-            runuser = shutil.which("runuser", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
-            assert runuser, "runuser (util-linux) is needed to run PostgreSQL as root"
-            self.as_user = [runuser, "-u", "postgres", "--"]
-        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-
-    def _run(self, *argv: str) -> None:
-        subprocess.run([*self.as_user, *argv], check=True, capture_output=True, timeout=120)
-
-    def init(self) -> None:
-        self._run(
-            str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
-            "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C",
-        )  # fmt: skip
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run(
-            str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log"),
-            "-w", "-t", "60", "-o", options, "start",
-        )  # fmt: skip
-
-    def stop_immediate(self) -> None:
-        self._run(
-            str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"
-        )
-
-    def destroy(self) -> None:
-        subprocess.run(
-            [*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
-             "-w", "stop"],
-            capture_output=True, timeout=60, check=False,
-        )  # fmt: skip
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture

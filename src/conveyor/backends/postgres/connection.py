@@ -29,6 +29,17 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     asyncpg.InterfaceError,
     asyncpg.exceptions.OperatorInterventionError,  # 57P01 admin shutdown, 57P03 starting up
     asyncpg.exceptions.InsufficientResourcesError,  # 53xxx too many connections
+    # "another operation is in progress": a connection whose session the server
+    # ended (pg_terminate_backend, a restart) was lent before its end was read.
+    asyncpg.InternalClientError,
+)
+
+#: Errors after which a connection must not be lent again: its protocol state
+#: is unknown, or its session is read-only for good (default_transaction_read_only
+#: is read once, at connect: only a new session sees the database writable again).
+SPOILED: tuple[type[Exception], ...] = (
+    asyncpg.InternalClientError,
+    asyncpg.ReadOnlySQLTransactionError,
 )
 
 #: Connections opened (and warmed) up front: a worker's claim loop, its
@@ -95,6 +106,16 @@ def raise_typed(exc: BaseException, what: str) -> NoReturn:
     raise BackendError(f"PostgreSQL error ({what}): {exc}") from exc
 
 
+def spoiled(exc: BaseException) -> bool:
+    """True when ``exc``, or the driver error it was raised from, is :data:`SPOILED`."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, SPOILED):
+            return True
+        seen = seen.__cause__
+    return False
+
+
 async def _reset(conn: Conn) -> None:
     """Make a returned connection clean for the next user. asyncpg's default
     (UNLISTEN *, RESET ALL, ...) costs a round trip per use; this backend never
@@ -125,6 +146,11 @@ class Pool:
         try:
             for sql in self.warm_up:
                 await conn.fetch(sql)
+        except asyncpg.ReadOnlySQLTransactionError:
+            # A read-only database (a standby, default_transaction_read_only)
+            # refuses the warm-up's writes: the connection is fine for reads,
+            # and writes get their typed error when they are made.
+            pass
         finally:
             await transaction.rollback()
 
@@ -160,10 +186,18 @@ class Pool:
         count = min(WARM_CONNECTIONS, self.options.pool_size)
         held = [await pool.acquire(timeout=self.options.connect_timeout) for _ in range(count)]
         try:
-            await asyncio.gather(*(self.warm(conn) for conn in held))
+            # Every warm-up finishes before any connection goes back: released
+            # mid-statement, a connection would fail its next user with
+            # "another operation is in progress".
+            outcomes = await asyncio.gather(
+                *(self.warm(conn) for conn in held), return_exceptions=True
+            )
         finally:
             for conn in held:
                 await pool.release(conn)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -180,7 +214,12 @@ class Pool:
             raise BackendError("the PostgreSQL backend is not open")
         try:
             async with pool.acquire(timeout=self.options.connect_timeout) as conn:
-                yield conn
+                try:
+                    yield conn
+                except BaseException as exc:
+                    if spoiled(exc):
+                        conn.terminate()  # the pool opens a new session in its place
+                    raise
         except Exception as exc:
             if isinstance(exc, DRIVER_ERRORS):
                 raise_typed(exc, what)

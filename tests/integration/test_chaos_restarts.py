@@ -1,0 +1,207 @@
+"""Chaos: the store restarts under load while enqueues with idempotency keys
+are in flight (G1 no loss, G7 one job per key).
+
+A private server (Redis with ``appendonly yes`` + ``appendfsync always``, or a
+PostgreSQL cluster of its own) is killed and started again, twice in CI and
+more often under ``CONVEYOR_CHAOS_LONG=1``, while two producer processes
+enqueue the same keys in different orders and retry every failed call with
+the very same keys (:mod:`chaos_apps.keyed_producer`), and a worker process
+runs the jobs. An enqueue cut off by the kill may or may not have been stored:
+the retry must then find it, never store a second job. At the end every key
+has exactly one job, every acknowledgement of a key names that job, and every
+job completed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from chaos_helpers import Cluster, Proc, get_jobs, long_run, report
+from postgres_servers import OwnServer
+from redis_servers import RedisServer
+
+from conveyor.job import JobState
+
+pytestmark = pytest.mark.slow
+
+KEYED_PRODUCER = "tests.integration.chaos_apps.keyed_producer"
+CONCURRENCY = 8
+PREFETCH = 2
+#: Long enough to ride out a restart (renewals fail meanwhile), short enough
+#: that a claim whose reply the kill cut off is recovered quickly.
+WORKER_ENV = {"CONVEYOR_LEASE": "5s", "CONVEYOR_PREFETCH": str(PREFETCH)}
+#: How long the store stays down at each restart.
+DOWN_SECONDS = 0.5
+
+Restart = Callable[[], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def private_store(store: str, directory: Path) -> AsyncIterator[tuple[str, Restart]]:
+    """A server of this test's own: ``(url, restart)``; ``restart`` kills it
+    (SIGKILL / ``pg_ctl stop -m immediate``) and starts it again."""
+    if store == "redis":
+        redis = RedisServer(directory, ["--appendonly", "yes", "--appendfsync", "always"])
+        redis.start()
+
+        async def restart_redis() -> None:
+            redis.kill()
+            await asyncio.sleep(DOWN_SECONDS)
+            await asyncio.to_thread(redis.start)
+
+        try:
+            yield redis.url("chaos"), restart_redis
+        finally:
+            redis.kill()
+        return
+    postgres = OwnServer()
+    try:
+        await asyncio.to_thread(postgres.init)
+        await asyncio.to_thread(postgres.start)
+
+        async def restart_postgres() -> None:
+            await asyncio.to_thread(postgres.stop_immediate)
+            await asyncio.sleep(DOWN_SECONDS)
+            await asyncio.to_thread(postgres.start)
+
+        # Short timeouts: an outage shows within seconds, never as a hang.
+        options = "schema=conveyor&connect_timeout=2&command_timeout=5"
+        yield f"{postgres.url}?{options}", restart_postgres
+    finally:
+        await asyncio.to_thread(postgres.destroy)
+
+
+@dataclass
+class Acks:
+    """What the producers logged: acknowledged ids per key, failed calls by type."""
+
+    ids: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    lines: int = 0
+    duplicates: int = 0
+    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    @classmethod
+    def read(cls, paths: list[Path]) -> Acks:
+        acks = cls()
+        for path in paths:
+            if not path.exists():
+                continue
+            for line in path.read_text().splitlines():
+                parts = line.split()
+                if parts[:1] == ["ok"] and len(parts) == 4:
+                    acks.ids[parts[1]].add(parts[2])
+                    acks.lines += 1
+                    acks.duplicates += parts[3] == "1"
+                elif parts[:1] == ["err"] and len(parts) == 2:
+                    acks.errors[parts[1]] += 1
+        return acks
+
+
+@pytest.mark.timeout(600 if long_run() else 240)
+@pytest.mark.parametrize("store", ["postgres", "redis"])
+async def test_store_restarts_with_idempotency_keys_in_flight(tmp_path: Path, store: str) -> None:
+    keys = 3000 if long_run() else 400
+    restarts = 6 if long_run() else 2
+    async with (
+        private_store(store, tmp_path / "server") as (url, restart),
+        Cluster(tmp_path) as cluster,
+    ):
+        cluster.url, cluster.store = url, store
+        await cluster.app()  # migrates before anyone else connects
+        worker = cluster.start_worker(CONCURRENCY, env=WORKER_ENV)
+        # A worker that cannot reach its store at start-up exits: kill only
+        # once it is up.
+        await cluster.wait_until(lambda: " started: " in worker.err(), 60, "the worker started")
+        outs = [cluster.dir / f"producer-{seed}.txt" for seed in (1, 2)]
+        producers = [
+            cluster.spawn("producer", producer_argv(out, keys, seed))
+            for seed, out in zip((1, 2), outs, strict=True)
+        ]
+        downtime = 0.0
+        for n in range(1, restarts + 1):
+            target = 2 * keys * n // (restarts + 1)
+
+            def produced(target: int = target) -> bool:
+                check_producers(producers)
+                return Acks.read(outs).lines >= target
+
+            await cluster.wait_until(produced, 120, f"the producers reached {target} acks")
+            started = time.monotonic()
+            await restart()
+            downtime += time.monotonic() - started
+        for producer in producers:
+            assert await producer.wait_exit(180, "(producing through the restarts)") == 0, (
+                producer.tail()
+            )
+        await check_and_report(cluster, Acks.read(outs), keys, restarts, worker, downtime)
+
+
+def producer_argv(out: Path, keys: int, seed: int) -> list[str]:
+    argv = [sys.executable, "-m", KEYED_PRODUCER, "--out", str(out)]
+    return [*argv, "--count", str(keys), "--seed", str(seed)]
+
+
+def check_producers(producers: list[Proc]) -> None:
+    for producer in producers:
+        assert producer.alive or producer.popen.returncode == 0, producer.tail()
+
+
+async def check_and_report(
+    cluster: Cluster, acks: Acks, keys: int, restarts: int, worker: Proc, downtime: float
+) -> None:
+    app = await cluster.app()
+    torn = {key: ids for key, ids in acks.ids.items() if len(ids) > 1}
+    ids = [next(iter(found)) for found in acks.ids.values()]
+
+    async def drained() -> bool:
+        jobs = await get_jobs(app, ids)
+        return all(job.state is JobState.COMPLETED for job in jobs.values())
+
+    await cluster.wait_until(drained, 120, "the acknowledged jobs did not all complete", 0.2)
+    stored = await get_jobs(app, ids)
+    lost = [job_id for job_id in ids if job_id not in stored]
+    total = await app.count_jobs()
+    counts = cluster.run_counts()
+    duplicated = sum(1 for job_id in ids if counts[job_id] > 1)
+    # Only what the worker held at a restart (running or prefetched) may run twice.
+    bound = restarts * (CONCURRENCY + PREFETCH)
+    failed_calls = sum(acks.errors.values())
+    passed = (
+        not (torn or lost)
+        and len(acks.ids) == keys
+        and total == keys
+        and duplicated <= bound
+        and failed_calls > 0
+        and set(acks.errors) <= {"BackendUnavailable"}
+    )
+    report(
+        "store restart, idempotency keys in flight",
+        cluster.store,
+        jobs=keys,
+        faults=restarts,
+        lost=len(lost) + max(0, keys - len(acks.ids)),
+        duplicated=duplicated,
+        bound=bound,
+        passed=passed,
+        note=(
+            f"{total} jobs for {keys} keys; {failed_calls} failed calls retried "
+            f"with their keys; {acks.duplicates} answered as duplicates"
+        ),
+    )
+    print(f"{cluster.store}: down {downtime:.1f}s in all, errors {dict(acks.errors)}")
+    assert failed_calls > 0, "no producer call failed: the restarts never bit"
+    assert set(acks.errors) <= {"BackendUnavailable"}, f"untyped errors: {dict(acks.errors)}"
+    assert len(acks.ids) == keys, f"{keys - len(acks.ids)} key(s) never acknowledged"
+    assert not torn, f"{len(torn)} key(s) acknowledged with different jobs: {list(torn)[:3]}"
+    assert not lost, f"{len(lost)} acknowledged job(s) are not in the store (G1)"
+    assert total == keys, f"{total} jobs stored for {keys} keys (G7)"
+    assert duplicated <= bound, f"{duplicated} jobs ran twice, bound {bound} (G2)"
+    assert worker.alive, f"the worker died instead of reconnecting\n{worker.tail(40)}"
