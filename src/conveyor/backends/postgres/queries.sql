@@ -14,7 +14,7 @@
 SELECT * FROM __schema__.enqueue($1::text[], $2::text[], $3::text[], $4::bytea[], $5::integer[],
     $6::integer[], $7::float8[], $8::float8[], $9::float8[], $10::float8[], $11::text[],
     $12::float8[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::text[],
-    $18::integer[], $19::text[], $20::integer[]);
+    $18::integer[], $19::text[], $20::integer[], $21::text[], $22::float8[]);
 
 -- name: enqueue_plain
 SELECT * FROM __schema__.enqueue_plain($1::text[], $2::bytea[], $3::text, $4::text,
@@ -28,7 +28,8 @@ SELECT * FROM __schema__.enqueue_plain($1::text[], $2::bytea[], $3::text, $4::te
 -- outcomes still wait for the flush. Saves an fsync per pickup.
 SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS s,
     __schema__.claim($1::text[], $2::integer, $3::float8, $4::text, $5::text,
-    $6::text[], $7::integer[], $8::text[], $9::integer[], $10::float8[], $11::boolean) AS c;
+    $6::text[], $7::integer[], $8::text[], $9::integer[], $10::float8[], $11::boolean,
+    $12::text[], $13::integer[]) AS c;
 
 -- name: settle
 SELECT * FROM __schema__.settle($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[],
@@ -37,7 +38,8 @@ SELECT * FROM __schema__.settle($1::text[], $2::text[], $3::text[], $4::bytea[],
 -- name: warm_claim
 -- Run once per new connection (with warm_settle), in a transaction rolled
 -- back: compiles the functions and plans their statements. Claims nothing.
-SELECT count(*) FROM __schema__.claim('{" warm-up"}', 1, 0, '', '', NULL, NULL, NULL, NULL, NULL, true);
+SELECT count(*) FROM __schema__.claim('{" warm-up"}', 1, 0, '', '', NULL, NULL, NULL, NULL, NULL, true,
+    NULL, NULL);
 
 -- name: warm_settle
 SELECT count(*) FROM __schema__.settle('{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', NULL, NULL, NULL);
