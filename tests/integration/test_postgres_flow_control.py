@@ -246,3 +246,13 @@ async def test_debounces_from_many_backends_leave_one_job(
         assert await backend.count_jobs(JobFilter(idempotency_key="k")) == 1
     finally:
         await asyncio.gather(*(b.close() for b in others))
+
+
+async def test_a_dead_letter_retry_keeps_the_key(backend: PostgresBackend) -> None:
+    (job,) = await backend.enqueue_jobs([_job("acct-7")])
+    (claimed,) = (await backend.claim_jobs(ClaimRequest("w", ["default"], 1, 30.0))).jobs
+    fail = Settlement(claimed.id, claimed.lease_token or "", Outcome.FAIL)
+    assert not (await backend.settle_jobs([fail])).refused
+    copy = await backend.retry_failed(job.id, new_id())
+    assert copy.concurrency_key == "acct-7"
+    assert (await backend.get_jobs([copy.id]))[0].concurrency_key == "acct-7"

@@ -219,13 +219,14 @@ SELECT state, retried_as FROM __schema__.jobs WHERE id = $1::text FOR UPDATE;
 
 -- name: insert_retry_copy
 -- Copy failed job $1 into a new waiting job $2, fresh attempts, same TTL from
--- now, same place in a workflow (depends_on, its policy, workflow_id).
+-- now, same place in a workflow (depends_on, its policy, workflow_id), same
+-- concurrency_key.
 INSERT INTO __schema__.jobs (id, task, queue, state, priority, max_attempts, timeout, ttl,
                              run_at, created_at, expires_at, tenant, retry_of, payload, metadata,
-                             depends_on, on_dependency_failure, workflow_id)
+                             depends_on, on_dependency_failure, workflow_id, concurrency_key)
 SELECT $2::text, o.task, o.queue, 'waiting', o.priority, o.max_attempts, o.timeout, o.ttl,
        t.now, t.now, t.now + o.ttl, o.tenant, o.id, o.payload, o.metadata,
-       o.depends_on, o.on_dependency_failure, o.workflow_id
+       o.depends_on, o.on_dependency_failure, o.workflow_id, o.concurrency_key
 FROM __schema__.jobs AS o,
      (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) AS t
 WHERE o.id = $1::text
