@@ -30,6 +30,7 @@ LISTEN_RETRY = 1.0
 async def claim_jobs(pool: Pool, q: Queries, request: ClaimRequest) -> ClaimResult:
     caps = request.task_limits
     rates = request.rate_limits
+    keys = request.key_limits
     args = (
         list(dict.fromkeys(request.queues)),
         request.limit,
@@ -42,6 +43,8 @@ async def claim_jobs(pool: Pool, q: Queries, request: ClaimRequest) -> ClaimResu
         [r.limit for r in rates.values()] if rates else None,
         [float(r.period) for r in rates.values()] if rates else None,
         request.circuit_tasks,
+        list(keys) if keys else None,
+        list(keys.values()) if keys else None,
     )
     rows = await pool.fetch("claim", q.claim, *args)
     claimed: list[Job] = []

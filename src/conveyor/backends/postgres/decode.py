@@ -1,13 +1,27 @@
 """PostgreSQL rows (asyncpg records in ``JOB_COLUMNS`` order) to :class:`Job`
 values through the decoder shared with SQLite (:mod:`conveyor.backends.sqlrows`;
-the dependency columns follow the first 29), and the claim order of decoded jobs."""
+the dependency columns follow the first 29, then has_dependents, dispatched_at
+and concurrency_key, the columns later migrations added), and the claim order
+of decoded jobs."""
 
 from __future__ import annotations
 
-from conveyor.backends.sqlrows import JOB_FIELDS, STATES, Row, job_from_row
+from conveyor.backends.sqlrows import JOB_FIELDS, STATES, Row
+from conveyor.backends.sqlrows import job_from_row as _shared_job_from_row
 from conveyor.job import Job
 
 __all__ = ["JOB_FIELDS", "STATES", "Row", "claim_order", "job_from_row"]
+
+#: Position of ``concurrency_key`` in a ``j.*`` row (added last, version 6).
+CONCURRENCY_KEY = 34
+
+
+def job_from_row(r: Row) -> Job:
+    """A job from a ``j.*`` row (or a shorter one, which has no key)."""
+    job = _shared_job_from_row(r)
+    if len(r) > CONCURRENCY_KEY:
+        job.concurrency_key = r[CONCURRENCY_KEY]
+    return job
 
 
 def claim_order(job: Job) -> tuple[int, float, str]:

@@ -1,7 +1,7 @@
 """enqueue_jobs: one call of the schema's ``enqueue`` function per batch (or
 of ``enqueue_plain``, for a batch of plain jobs alike but for id and payload).
 
-:func:`arguments` turns a batch into the function's 20 array parameters (an
+:func:`arguments` turns a batch into the function's 22 array parameters (an
 option no job of the batch uses is sent as one NULL, not a list of them;
 dependencies travel as three arrays with one element per (job, dependency));
 :func:`jobs_from_result` builds the returned :class:`Job` values from the
@@ -63,6 +63,8 @@ class Batch:
             column([j.metadata for j in sent]),
             column([j.retry_of for j in sent]),
             *dependency_arguments(sent),
+            column([j.concurrency_key for j in sent]),
+            column([j.debounce or None for j in sent]),
         ]
 
 
@@ -124,6 +126,8 @@ def plain_arguments(jobs: Sequence[NewJob]) -> list[Any] | None:
             or j.depends_on
             or j.workflow_id is not None
             or j.on_dependency_failure is not CANCEL
+            or j.concurrency_key is not None
+            or j.debounce
         ):
             return None
     return [
@@ -168,8 +172,11 @@ def build_plain_jobs(jobs: Sequence[NewJob], now: float, ttl: float | None) -> l
 
 
 def split(jobs: Sequence[NewJob]) -> Batch:
-    """A second job with a key already in the batch is the first one's duplicate."""
+    """A second job with a key already in the batch is the first one's duplicate;
+    a debounced one gives the first its payload and metadata (and its debounce),
+    in batch order, so the job the key ends with carries the last of them."""
     first: dict[str, int] = {}
+    sent_at: dict[str, int] = {}
     same: dict[int, int] = {}
     sent: list[NewJob] = []
     for index, job in enumerate(jobs):
@@ -177,8 +184,14 @@ def split(jobs: Sequence[NewJob]) -> Batch:
         if key is not None:
             if key in first:
                 same[index] = first[key]
+                if job.debounce:
+                    at = sent_at[key]
+                    sent[at] = replace(
+                        sent[at], payload=job.payload, metadata=job.metadata, debounce=job.debounce
+                    )
                 continue
             first[key] = index
+            sent_at[key] = len(sent)
         sent.append(job)
     return Batch(list(jobs), sent, same)
 
@@ -248,7 +261,10 @@ def build_jobs(batch: Batch, reply: Reply, existing: dict[str, Job]) -> list[Job
 
 
 def _new_job(nj: NewJob, now: float, queue_ttl: float | None) -> Job:
-    run_at = nj.run_at if nj.run_at is not None else now + nj.delay
+    if nj.debounce:
+        run_at = now + nj.debounce
+    else:
+        run_at = nj.run_at if nj.run_at is not None else now + nj.delay
     state = JobState.DELAYED if run_at > now else JobState.WAITING
     ttl = nj.ttl
     if queue_ttl is not None and (ttl is None or queue_ttl < ttl):
@@ -268,7 +284,7 @@ def _new_job(nj: NewJob, now: float, queue_ttl: float | None) -> Job:
         nj.timeout, run_at, now, None, None, None if ttl is None else run_at + ttl, ttl,
         None, None, None, 0, None, None, None, [], None, nj.idempotency_key, nj.tenant,
         metadata, None, nj.retry_of, False, False, problem, list(nj.depends_on),
-        nj.on_dependency_failure, nj.workflow_id,
+        nj.on_dependency_failure, nj.workflow_id, nj.concurrency_key,
     )  # fmt: skip
 
 

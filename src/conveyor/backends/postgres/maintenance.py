@@ -8,13 +8,21 @@ from collections.abc import Sequence
 from conveyor.backends.base import PruneRule, StallResult
 from conveyor.backends.postgres.admin import CHUNK
 from conveyor.backends.postgres.connection import Pool
+from conveyor.backends.postgres.decode import job_from_row
 from conveyor.backends.postgres.queries import Queries
-from conveyor.backends.sqlrows import stall_result
-from conveyor.job import TERMINAL_STATES
+from conveyor.job import TERMINAL_STATES, JobState
 
 
 async def recover_stalled(pool: Pool, q: Queries, max_stalled: int) -> StallResult:
-    result = stall_result(await pool.fetch("recover stalled", q.recover_stalled, max_stalled))
+    result = StallResult()
+    for row in await pool.fetch("recover stalled", q.recover_stalled, max_stalled):
+        job = job_from_row(row)  # listed by the state it ended in
+        if job.state is JobState.WAITING:
+            result.requeued.append(job)
+        elif job.state is JobState.CANCELLED:
+            result.cancelled.append(job)
+        else:
+            result.failed.append(job)
     if result.requeued:
         queues = sorted({job.queue for job in result.requeued})
         await pool.execute("notify", q.notify, queues)

@@ -38,7 +38,8 @@ CREATE TABLE __schema__.jobs (
     on_dependency_failure text,
     workflow_id      text,
     has_dependents   boolean NOT NULL DEFAULT false,
-    dispatched_at    float8
+    dispatched_at    float8,
+    concurrency_key  text
 ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 
 -- Every state has its own partial index, so the waiting jobs' index stays the
@@ -61,6 +62,10 @@ CREATE INDEX jobs_tenant ON __schema__.jobs (tenant, id) WHERE tenant IS NOT NUL
 CREATE INDEX jobs_blocked ON __schema__.jobs (id) INCLUDE (queue) WHERE state = 'blocked';
 -- The jobs of a workflow.
 CREATE INDEX jobs_workflow ON __schema__.jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
+-- Per-key caps: a group's active jobs (only jobs that have a key; a capped
+-- task's keyless group is counted through jobs_lease).
+CREATE INDEX jobs_key_active ON __schema__.jobs (task, concurrency_key)
+    WHERE state = 'active' AND concurrency_key IS NOT NULL;
 
 -- Which blocked jobs wait on a job: a row per (unfinished dependency, blocked
 -- job), deleted once that dependency has finished and been resolved.
@@ -179,12 +184,25 @@ CREATE TABLE __schema__.job_stat_series (
 -- dependencies is stored blocked, or cancelled (dependency_failed) when one
 -- failed or was cancelled under policy cancel (p_policies NULL: cancel), or as
 -- usual; a 'state' row (out_ord, out_state) reports each job not stored as usual.
+--
+-- Flow control (version 6): p_concurrency_keys is stored as concurrency_key.
+-- p_debounces (seconds; with a key): a debounced job is stored delayed until
+-- now + debounce. When its key is live and the key's job has not started
+-- (waiting or delayed), that job takes the new payload and metadata instead,
+-- delayed until now + debounce (expires_at from then, its dispatch undone),
+-- the key's expiry is renewed and a 'dup' row reports it; when the key's job
+-- started, finished or is gone, a new job is stored and the key points at it.
+-- The key row is locked by the INSERT .. ON CONFLICT (live or not), so
+-- enqueues of one key take turns; the job row is locked by the UPDATE, so a
+-- claim either took the job first (then it is active: a new job is stored)
+-- or skips it until this batch commits.
 CREATE FUNCTION __schema__.enqueue(
     p_ids text[], p_tasks text[], p_queues text[], p_payloads bytea[], p_priorities integer[],
     p_max_attempts integer[], p_timeouts float8[], p_delays float8[], p_run_ats float8[],
     p_ttls float8[], p_keys text[], p_key_ttls float8[], p_tenants text[], p_metadata bytea[],
     p_retry_of text[], p_policies text[], p_workflows text[],
-    p_dep_of integer[], p_dep_ids text[], p_dep_pos integer[]
+    p_dep_of integer[], p_dep_ids text[], p_dep_pos integer[],
+    p_concurrency_keys text[], p_debounces float8[]
 ) RETURNS TABLE (out_kind text, out_ord integer, out_id text, out_task text, out_queue text,
                  out_state text, out_value float8)
 LANGUAGE plpgsql AS $$
@@ -242,6 +260,30 @@ BEGIN
             JOIN __schema__.idempotency_keys AS ik ON ik.key = k.key
             WHERE k.key IS NOT NULL AND k.key <> ALL (v_won)
         LOOP
+            IF p_debounces[r.ord] IS NOT NULL THEN
+                UPDATE __schema__.jobs AS j SET
+                    state = 'delayed',
+                    payload = p_payloads[r.ord],
+                    metadata = p_metadata[r.ord],
+                    run_at = v_now + p_debounces[r.ord],
+                    expires_at = v_now + p_debounces[r.ord] + j.ttl,
+                    dispatched_at = NULL
+                WHERE j.id = r.job_id AND j.state IN ('waiting', 'delayed');
+                IF FOUND THEN
+                    UPDATE __schema__.idempotency_keys AS ik
+                    SET expires_at = greatest(ik.expires_at,
+                                              v_now + coalesce(p_key_ttls[r.ord], 86400.0))
+                    WHERE ik.key = p_keys[r.ord];
+                ELSE
+                    -- Started, finished or gone: this job is stored and takes the key.
+                    UPDATE __schema__.idempotency_keys AS ik
+                    SET job_id = p_ids[r.ord], task = p_tasks[r.ord], queue = p_queues[r.ord],
+                        final_state = NULL,
+                        expires_at = v_now + coalesce(p_key_ttls[r.ord], 86400.0)
+                    WHERE ik.key = p_keys[r.ord];
+                    CONTINUE;
+                END IF;
+            END IF;
             v_dups := v_dups || r.ord;
             out_kind := 'dup';
             out_ord := r.ord;
@@ -344,7 +386,8 @@ BEGIN
     INSERT INTO __schema__.jobs (id, task, queue, state, priority, max_attempts, timeout, ttl,
                                  run_at, created_at, finished_at, expires_at, failure_reason,
                                  idempotency_key, tenant, retry_of, payload, metadata,
-                                 depends_on, on_dependency_failure, workflow_id, has_dependents)
+                                 depends_on, on_dependency_failure, workflow_id, has_dependents,
+                                 concurrency_key)
     SELECT b.id, b.task, b.queue,
            CASE WHEN v_states[b.ord] IS NOT NULL THEN v_states[b.ord]
                 WHEN b.run_at > v_now THEN 'delayed' ELSE 'waiting' END,
@@ -353,19 +396,19 @@ BEGIN
            CASE WHEN v_states[b.ord] = 'cancelled' THEN 'dependency_failed' END,
            b.key, b.tenant, b.retry_of, b.payload, b.metadata,
            p_dep_ids[v_first[b.ord]:v_last[b.ord]], b.policy, b.workflow,
-           coalesce(v_parent[b.ord], false)
+           coalesce(v_parent[b.ord], false), b.concurrency_key
     FROM (
         SELECT x.id, x.task, x.queue, x.priority, x.max_attempts, x.timeout,
                least(x.ttl, q.ttl) AS ttl,
-               coalesce(x.run_at, v_now + coalesce(x.delay, 0.0)) AS run_at,
+               coalesce(v_now + x.debounce, x.run_at, v_now + coalesce(x.delay, 0.0)) AS run_at,
                x.key, x.tenant, x.retry_of, x.payload, x.metadata, x.policy, x.workflow,
-               x.ord::integer AS ord
+               x.concurrency_key, x.ord::integer AS ord
         FROM unnest(p_ids, p_tasks, p_queues, p_payloads, p_priorities, p_max_attempts,
                     p_timeouts, p_delays, p_run_ats, p_ttls, p_keys, p_tenants, p_metadata,
-                    p_retry_of, p_policies, p_workflows)
+                    p_retry_of, p_policies, p_workflows, p_concurrency_keys, p_debounces)
              WITH ORDINALITY AS x(id, task, queue, payload, priority, max_attempts, timeout,
                                   delay, run_at, ttl, key, tenant, metadata, retry_of, policy,
-                                  workflow, ord)
+                                  workflow, concurrency_key, debounce, ord)
         LEFT JOIN __schema__.queues AS q ON q.name = x.queue
     ) AS b
     WHERE cardinality(v_dups) = 0 OR b.ord <> ALL (v_dups);
@@ -426,11 +469,18 @@ $$;
 -- (state active). Every row it takes is locked FOR UPDATE SKIP LOCKED, so
 -- concurrent claimers never wait on each other nor take the same job.
 -- Version 3: an expired job others depend on resolves its blocked dependents.
+-- Version 6: per-key caps (p_key_tasks/p_key_caps): at most that many active
+-- jobs of the task per concurrency_key (NULL is one group), counting every
+-- active job. Claimers that carry a cap for a task take turns on it (an
+-- advisory lock per task, taken in task order after the rate limits' locks,
+-- held until commit), so each counts a group's active jobs after the previous
+-- claimer's jobs committed; a full group is left out of the candidate query
+-- and the jobs behind it are claimed. Claims without p_key_tasks never look.
 CREATE FUNCTION __schema__.claim(
     p_queues text[], p_limit integer, p_lease float8, p_worker text, p_token text,
     p_cap_tasks text[], p_caps integer[],
     p_rate_tasks text[], p_rate_limits integer[], p_rate_periods float8[],
-    p_circuits boolean
+    p_circuits boolean, p_key_tasks text[], p_key_caps integer[]
 ) RETURNS SETOF __schema__.jobs
 LANGUAGE plpgsql
 -- Plans are cached per session and soon generic (parameters unknown). For a
@@ -457,6 +507,18 @@ DECLARE
     v_caps integer[] := '{}';
     v_taken integer[];
     v_excluded text[];
+    -- Per-key caps: the capped tasks and their caps; the groups this claim met
+    -- (jsonb [task, key] as text) with their active jobs, its own included;
+    -- the groups at their cap.
+    v_key_tasks text[] := '{}';
+    v_key_caps integer[] := '{}';
+    v_groups text[] := '{}';
+    v_held integer[] := '{}';
+    v_full text[] := '{}';
+    v_group text;
+    v_cap integer;
+    v_count integer;
+    g integer;
     v_ids text[] := '{}';
     v_tasks text[] := '{}';
     v_slow boolean := false;
@@ -563,6 +625,22 @@ BEGIN
             v_slow := true;  -- a cap that can bind
         END IF;
     END LOOP;
+    IF p_key_tasks IS NOT NULL THEN
+        FOR v_task, v_cap IN
+            SELECT t.task, min(t.cap) FROM unnest(p_key_tasks, p_key_caps) AS t(task, cap)
+            WHERE t.task <> ALL (v_excluded)
+            GROUP BY t.task ORDER BY t.task
+        LOOP
+            IF v_cap <= 0 THEN
+                v_excluded := v_excluded || v_task;
+                CONTINUE;
+            END IF;
+            PERFORM pg_advisory_xact_lock(hashtextextended('__channel__/keys/' || v_task, 0));
+            v_key_tasks := v_key_tasks || v_task;
+            v_key_caps := v_key_caps || v_cap;
+            v_slow := true;
+        END LOOP;
+    END IF;
 
     IF NOT v_slow THEN
         SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.task), '{}')
@@ -592,11 +670,14 @@ BEGIN
             v_seen := 0;
             v_skipped := false;
             FOR r IN
-                SELECT c.id, c.task FROM unnest(p_queues) AS q(name)
+                SELECT c.id, c.task, c.concurrency_key FROM unnest(p_queues) AS q(name)
                 CROSS JOIN LATERAL (
-                    SELECT j.id, j.task, j.priority, j.run_at FROM __schema__.jobs AS j
+                    SELECT j.id, j.task, j.concurrency_key, j.priority, j.run_at
+                    FROM __schema__.jobs AS j
                     WHERE j.state = 'waiting' AND j.queue = q.name AND j.run_at <= v_now
                       AND j.task <> ALL (v_excluded) AND j.id <> ALL (v_ids)
+                      AND (j.task <> ALL (v_key_tasks)
+                           OR jsonb_build_array(j.task, j.concurrency_key)::text <> ALL (v_full))
                     ORDER BY j.priority DESC, j.run_at, j.id
                     LIMIT v_asked
                     FOR UPDATE SKIP LOCKED
@@ -614,6 +695,37 @@ BEGIN
                 END IF;
                 IF v_remaining <= 0 THEN
                     EXIT;
+                END IF;
+                v_cap := v_key_caps[array_position(v_key_tasks, r.task)];
+                IF v_cap IS NOT NULL THEN
+                    v_group := jsonb_build_array(r.task, r.concurrency_key)::text;
+                    g := array_position(v_groups, v_group);
+                    IF g IS NULL THEN
+                        -- First job of the group: count its active jobs (under the lock).
+                        IF r.concurrency_key IS NULL THEN
+                            SELECT count(*) INTO v_count FROM __schema__.jobs AS a
+                            WHERE a.state = 'active' AND a.task = r.task
+                              AND a.concurrency_key IS NULL;
+                        ELSE
+                            SELECT count(*) INTO v_count FROM __schema__.jobs AS a
+                            WHERE a.state = 'active' AND a.task = r.task
+                              AND a.concurrency_key = r.concurrency_key;
+                        END IF;
+                        v_groups := v_groups || v_group;
+                        v_held := v_held || v_count;
+                        g := cardinality(v_groups);
+                    END IF;
+                    IF v_held[g] >= v_cap THEN
+                        IF v_group <> ALL (v_full) THEN
+                            v_full := v_full || v_group;
+                        END IF;
+                        v_skipped := true;
+                        CONTINUE;
+                    END IF;
+                    v_held[g] := v_held[g] + 1;
+                    IF v_held[g] >= v_cap THEN
+                        v_full := v_full || v_group;
+                    END IF;
                 END IF;
                 v_ids := v_ids || r.id;
                 v_tasks := v_tasks || r.task;
