@@ -8,7 +8,7 @@ the hot path of ``enqueue_many``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -300,6 +300,23 @@ def _debounce(options: Mapping[str, Any], default: float | None, key: str | None
     if debounce is not None and key is None:
         raise ValueError("debounce needs an idempotency_key (the key whose job it postpones)")
     return debounce
+
+
+def check_debounced_keys(jobs: Sequence[NewJob]) -> None:
+    """Refuse a batch holding one idempotency key both with and without debounce:
+    the store resolves a key's later entries against its first (see the contract)."""
+    if len(jobs) < 2 or not any(job.debounce for job in jobs):
+        return
+    debounced: dict[str, bool] = {}
+    for job in jobs:
+        key = job.idempotency_key
+        if key is not None and debounced.setdefault(key, bool(job.debounce)) is not bool(
+            job.debounce
+        ):
+            raise ValueError(
+                f"idempotency key {key!r} is in one batch with and without debounce: "
+                "debounce every entry of the key or none"
+            )
 
 
 def dependencies(options: Mapping[str, Any]) -> tuple[list[str], DependencyPolicy]:

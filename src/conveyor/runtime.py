@@ -27,7 +27,7 @@ from conveyor.backends.registry import backend_from_url
 from conveyor.errors import ConfigurationError, JobNotFound
 from conveyor.events import EventBus
 from conveyor.ids import new_ids
-from conveyor.producer import JobBuilder
+from conveyor.producer import JobBuilder, check_debounced_keys
 from conveyor.retry import Backoff
 from conveyor.tracing import ProducerTracing, producer_tracing
 
@@ -190,6 +190,7 @@ class Runtime:
         """Store jobs already built (``enqueue_many``, workflow starts) in one call."""
         if not new_jobs:
             return []
+        check_debounced_keys(new_jobs)
         backend = await self.connect()
         tracing = self._tracing
         if tracing is None:

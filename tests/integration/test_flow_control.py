@@ -200,3 +200,24 @@ async def test_key_usage_shows_running_jobs_per_key(stack: Stack) -> None:
         {"task": "capped", "key": None, "running": 1, "cap": 2},
         {"task": "capped", "key": "b", "running": 1, "cap": 2},
     ]
+
+
+async def test_a_batch_may_not_mix_debounced_and_plain_entries_of_a_key(stack: Stack) -> None:
+    app = stack.app()
+
+    @app.task("t")
+    async def t(ctx: JobContext) -> None: ...
+
+    with pytest.raises(ValueError, match="with and without debounce"):
+        await app.enqueue_many(
+            [
+                ("t", {}, {"idempotency_key": "k"}),
+                ("t", {}, {"idempotency_key": "k", "debounce": 1}),
+            ]
+        )
+    assert await app.count_jobs() == 0
+    both = await app.enqueue_many(
+        [("t", {"n": n}, {"idempotency_key": "k", "debounce": 1}) for n in range(3)]
+    )
+    assert len({job.id for job in both}) == 1
+    assert (await app.get_job(both[0].id)).payload == {"n": 2}  # type: ignore[union-attr]

@@ -52,7 +52,9 @@ Rules every implementation follows:
   ``active``, ``blocked`` or finished, or the key is free, a new job is stored,
   delayed until now + ``debounce``, and the key points at it. Atomic: concurrent
   debounced enqueues of one key from many processes leave one unstarted job,
-  carrying the payload of the enqueue that was stored last.
+  carrying the payload of the enqueue that was stored last. In one batch, a key's
+  entries are either all debounced or none (the core refuses a mix): later
+  debounced entries give the job the first one left unstarted their payload.
 """
 
 from __future__ import annotations

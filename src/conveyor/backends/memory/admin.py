@@ -66,6 +66,7 @@ def retry_failed(store: Store, job_id: str, new_id: str) -> Job:
         depends_on=row.depends_on,
         on_dependency_failure=row.on_dependency_failure,
         workflow_id=row.workflow_id,
+        concurrency_key=row.concurrency_key,
     )
     store.insert(copy)
     row.retried_as = new_id

@@ -13,6 +13,7 @@ import pytest
 
 from conveyor import serialization
 from conveyor.backends.base import Backend, JobFilter, Outcome
+from conveyor.ids import new_id
 from conveyor.job import FailureReason, Job, JobState
 
 from .helpers import claim, enqueue_one, error, fetch, new_job, settle_ok
@@ -183,3 +184,14 @@ async def test_a_freed_slot_goes_to_the_next_job_of_the_key_in_order(backend: Ba
     await settle_ok(backend, first.jobs[0], Outcome.COMPLETE, result=serialization.dumps(1))
     second = await claim(backend, limit=100, key_limits={"capped": 1})
     assert [job.priority for job in second.jobs] == [5]
+
+
+async def test_a_dead_letter_retry_keeps_the_key(backend: Backend) -> None:
+    await fill(backend, 1, ["acct-1"], max_attempts=1)
+    (running,) = (await claim(backend, limit=10, key_limits=CAPS)).jobs
+    await settle_ok(
+        backend, running, Outcome.FAIL, error=error(), failure_reason=FailureReason.ERROR
+    )
+    copy = await backend.retry_failed(running.id, new_id())
+    assert copy.concurrency_key == "acct-1"
+    assert (await fetch(backend, copy.id)).concurrency_key == "acct-1"
