@@ -65,7 +65,8 @@ async def backend(cluster_nodes: list[RedisServer]) -> AsyncIterator[RedisBacken
 
 
 def _job(**options: object) -> NewJob:
-    return NewJob(id=new_id(), task="t", queue="default", payload=b'{"n": 1}', **options)  # type: ignore[arg-type]
+    options.setdefault("payload", b'{"n": 1}')
+    return NewJob(id=new_id(), task="t", queue="default", **options)  # type: ignore[arg-type]
 
 
 async def test_enqueue_claim_settle_and_read_on_a_cluster(backend: RedisBackend) -> None:
@@ -109,6 +110,26 @@ async def test_idempotency_backpressure_and_queues_on_a_cluster(backend: RedisBa
     await backend.set_queue_paused("small", True)
     assert (await backend.claim_jobs(ClaimRequest("w", ["small"], 5, 30.0))).jobs == []
     assert {q.name: q.paused for q in await backend.list_queues()}["small"] is True
+
+
+async def test_key_limits_and_debounce_on_a_cluster(backend: RedisBackend) -> None:
+    """The slot sets and the debounced key live under the app's hash tag too."""
+    await backend.enqueue_jobs([_job(concurrency_key=key) for key in ("a", "a", "b")])
+    capped = ClaimRequest("w", ["default"], 10, 30.0, key_limits={"t": 1})
+    claimed = (await backend.claim_jobs(capped)).jobs
+    assert sorted(j.concurrency_key or "" for j in claimed) == ["a", "b"]
+    (a,) = [j for j in claimed if j.concurrency_key == "a"]
+    await backend.settle_jobs([Settlement(a.id, a.lease_token or "", Outcome.COMPLETE)])
+    assert [j.concurrency_key for j in (await backend.claim_jobs(capped)).jobs] == ["a"]
+
+    first, second = (
+        _job(idempotency_key="d", debounce=5.0),
+        _job(idempotency_key="d", debounce=5.0, payload=b'{"n": 2}'),
+    )
+    (stored,) = await backend.enqueue_jobs([first])
+    (replaced,) = await backend.enqueue_jobs([second])
+    assert (stored.state, replaced.id, replaced.duplicate) == (JobState.DELAYED, first.id, True)
+    assert (await backend.get_jobs([first.id]))[0].payload == {"n": 2}
 
 
 async def test_schedules_and_wait_for_work_on_a_cluster(backend: RedisBackend) -> None:

@@ -39,6 +39,9 @@ async def claim_jobs(conn: RedisConnection, request: base.ClaimRequest) -> base.
     argv.append(len(request.rate_limits))
     for task, rate in request.rate_limits.items():
         argv += (task, rate.limit, rate.period)
+    argv.append(len(request.key_limits))
+    for task, cap in request.key_limits.items():
+        argv += (task, cap)
     k = conn.keys
     keys = [k.delayed, k.expiring, k.active, k.done("failed")]
     return decode.claim_result(await conn.run("claim", keys, argv))

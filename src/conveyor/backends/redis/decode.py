@@ -19,6 +19,7 @@ sa    started_at         rs    retried_as
 fa    finished_at        cr    cancel requested ("1")
 dp    depends_on (JSON)  of    on_dependency_failure (absent: cancel)
 wf    workflow_id        dn    has dependents ("1"; not a Job field)
+ck    concurrency_key
 pd    unfinished dependencies of a blocked job (not a Job field)
 ====  =================  ====  ==================
 
@@ -99,6 +100,7 @@ _PLAIN: dict[bytes, tuple[str, Callable[[bytes], Any]]] = {
     b"cr": ("cancel_requested", b"1".__eq__),
     b"of": ("on_dependency_failure", _policy),
     b"wf": ("workflow_id", _text_of),
+    b"ck": ("concurrency_key", _text_of),
 }
 #: JSON list of ids, read like the payload: a bad value sets decode_error.
 _DEPENDS = b"dp"

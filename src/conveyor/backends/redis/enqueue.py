@@ -61,6 +61,8 @@ def _enqueue_options(new: base.NewJob) -> bytes:
         and not new.depends_on
         and new.on_dependency_failure is not _RUN
         and new.workflow_id is None
+        and new.concurrency_key is None
+        and new.debounce is None
     ):
         return b""
     packed: bytes = msgpack.packb(
@@ -77,6 +79,8 @@ def _enqueue_options(new: base.NewJob) -> bytes:
             list(new.depends_on) or None,
             new.on_dependency_failure.value if new.on_dependency_failure is _RUN else None,
             new.workflow_id,
+            new.concurrency_key,
+            None if new.debounce is None else float(new.debounce),
         ],
         use_bin_type=False,  # the server's cmsgpack reads no bin type: bytes go as str
     )
@@ -182,10 +186,13 @@ async def _enqueue_call(conn: RedisConnection, keys: list[str], argv: list[Any])
 
 
 def _duplicate(item: Any) -> Job:
-    """The job a live idempotency key points at (``d``), or what the key
-    remembers of a job retention deleted (``g``)."""
+    """The job a live idempotency key points at (``d``; a debounce postponed it,
+    maybe), what the key remembers of a job retention deleted (``g``), or a new
+    job a later debounced entry of the batch changed (``r``)."""
     if item[0] == b"d":
         return decode.job_from_hash(item[1], duplicate=True)
+    if item[0] == b"r":
+        return decode.job_from_hash(item[1])
     state = item[4].decode() or JobState.COMPLETED.value
     return Job(
         id=item[1].decode(),
@@ -229,5 +236,6 @@ def _new_job(new: base.NewJob) -> Job:
         depends_on=list(new.depends_on),
         on_dependency_failure=new.on_dependency_failure,
         workflow_id=new.workflow_id,
+        concurrency_key=new.concurrency_key,
         decode_error=problem,
     )

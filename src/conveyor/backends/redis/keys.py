@@ -143,6 +143,12 @@ class Keys:
         """HASH: job statistics of one minute."""
         return f"{self.base}sm:{minute}"
 
+    def slots(self, task: str, concurrency_key: str | None) -> str:
+        """SET: ids of the active jobs of one (task, concurrency_key) group, the
+        slots ``ClaimRequest.key_limits`` count (kept by claim, settle, recover)."""
+        group = f"{self.base}ka:{len(task)}:{task}"
+        return group if concurrency_key is None else f"{group}:{concurrency_key}"
+
     def idle(self, queue: str) -> str:
         """ZSET worker id by registration end: ``queue``'s idle workers (direct handoff)."""
         return f"{self.base}idle:{queue}"

@@ -13,7 +13,14 @@
 --   arguments to pack and to convert), else a MessagePack array of priority,
 --   delay, run_at|nil, ttl|nil, idempotency_key|nil, idempotency_ttl,
 --   tenant|nil, metadata|nil, retry_of|nil, depends_on (list of ids)|nil,
---   on_dependency_failure ('run')|nil, workflow_id|nil
+--   on_dependency_failure ('run')|nil, workflow_id|nil, concurrency_key|nil,
+--   debounce|nil
+-- Debounce (an idempotency key and a debounce): when the key's job is waiting
+-- or delayed, it takes this entry's payload and metadata and is delayed until
+-- now + debounce (postpone below; the key lives on); otherwise a new job is
+-- stored, delayed until now + debounce, and the key points at it. A later
+-- debounced entry of a key that an earlier entry of this batch stored gives
+-- that new job its payload, metadata and debounce before it is written.
 -- Dependencies: each id must be a stored job or a new one earlier in the batch.
 -- A job whose dependencies all finished well (or at all, policy run) is
 -- waiting/delayed as usual; one with a failed or cancelled dependency (policy
@@ -21,8 +28,9 @@
 -- it is blocked: index `blocked`, its id added to each unfinished dependency's
 -- set dep:<id> and that job's flag dn=1 (see resolve_dependents in lib.lua).
 -- Returns {'ok', now, item...}: item {'n', state, run_at, ttl|'', expires_at|''}
--- for a new job (just 'n' when it is waiting, due now, without a TTL), {'d',
--- {field, value...}} for a live duplicate, {'g', id, task, queue, state|'',
+-- for a new job (just 'n' when it is waiting, due now, without a TTL), {'r',
+-- {field, value...}} for a new job a later debounced entry changed, {'d',
+-- {field, value...}} for a live duplicate (or a postponed job), {'g', id, task, queue, state|'',
 -- key} for a duplicate whose job retention deleted; or {'full', queue,
 -- max_size} / {'exists', id} / {'unknown', id, dependency id} with nothing
 -- stored.
@@ -32,7 +40,9 @@ local F = 7
 local DEFAULTS = {0, 0}  -- priority 0, no delay, nothing else set
 local options = {}
 local plan = {}
-local in_batch = {}
+local in_batch = {}     -- idempotency key -> the id it points at, in this batch
+local in_batch_at = {}  -- idempotency key -> the entry that stores it new
+local later = {}        -- entry -> the last debounced entry of its key after it
 local seen = {}
 local added = {}
 local qttl = {}
@@ -45,14 +55,26 @@ for i = 0, n - 1 do
   if ARGV[b + 7] ~= '' then o = cmsgpack.unpack(ARGV[b + 7]) end
   options[i + 1] = o
   local ik = o[5]
+  local debounce = o[14]
   local item = nil
   if ik then
     if in_batch[ik] then
       item = {'dup', in_batch[ik]}
+      if debounce then
+        local at = in_batch_at[ik]
+        if at then later[at] = i + 1 else item = {'postpone', in_batch[ik], i + 1} end
+      end
     else
       local known = redis.call('HMGET', idemkey(ik), 'id', 'task', 'queue', 'state')
       if known[1] then
-        if redis.call('EXISTS', jkey(known[1])) == 1 then
+        local s = redis.call('HGET', jkey(known[1]), 's')
+        if debounce then
+          -- Unstarted: postponed; started, finished or gone: a new job below.
+          if s == 'waiting' or s == 'delayed' then
+            item = {'postpone', known[1], i + 1}
+            in_batch[ik] = known[1]
+          end
+        elseif s then
           item = {'dup', known[1]}
         else
           item = {'gone', known[1], known[2], known[3], known[4] or '', ik}
@@ -73,7 +95,10 @@ for i = 0, n - 1 do
     fresh[#fresh + 1] = id
     item = b  -- a new job: where its arguments start
     added[q] = (added[q] or 0) + 1
-    if ik then in_batch[ik] = id end
+    if ik then
+      in_batch[ik] = id
+      in_batch_at[ik] = i + 1
+    end
   end
   plan[i + 1] = item
 end
@@ -123,6 +148,30 @@ local function dependency_state(deps, runs_anyway, usual)
   return usual, nil
 end
 
+-- The args of entry i start after ARGV[2 + (i - 1) * F].
+local function args_at(i) return 2 + (i - 1) * F end
+
+-- A debounced entry `i` found its key's unstarted job `id`: the job takes its
+-- payload and metadata and waits delayed until now + debounce; its key lives
+-- on for at least the entry's idempotency TTL from now. Returns true (a timer).
+local function postpone(id, i, counts)
+  local o = options[i]
+  local key = jkey(id)
+  local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'ttl')
+  if f[1] == 'waiting' then leave_waiting(id, f[2], f[3], f[4], f[5]) end
+  local run_at = now + o[14]
+  redis.call('HSET', key, 's', 'delayed', 'ra', fmt(run_at))
+  if f[6] then redis.call('HSET', key, 'ex', fmt(run_at + tonumber(f[6]))) end
+  if o[8] then redis.call('HSET', key, 'm', o[8]) else redis.call('HDEL', key, 'm') end
+  redis.call('SET', pkey(id), ARGV[args_at(i) + 4])
+  redis.call('ZADD', K_DELAYED, run_at, id)
+  bump(counts, f[2], f[1], 'delayed')
+  local ik = idemkey(o[5])
+  local ms = math.max(1, math.floor(o[6] * 1000))
+  if redis.call('PTTL', ik) < ms then redis.call('PEXPIRE', ik, ms) end
+  return true
+end
+
 -- Validated: from here on nothing fails, so the batch is all or nothing.
 local counts = {}
 local all = {}
@@ -133,15 +182,22 @@ local waits = {}        -- queue -> task -> {its waiting set's key, ZADD argumen
 local prefixes = {}     -- run_at text -> wmember's prefix (most jobs share one)
 local out = {'ok', fmt(now)}
 local nowtext = fmt(now)
+local changed = {}  -- out index -> id of a new job a later entry changed
 for i = 1, n do
   local item = plan[i]
   if type(item) == 'number' then
     local b = item
     local id, t, q = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
     local o = options[i]
+    -- A later debounced entry of its key: that entry's payload, metadata, wait.
+    local src = later[i] or i
+    local so = options[src]
     local run_at
     local ratext
-    if o[3] then
+    if so[14] then
+      run_at = now + so[14]
+      ratext = fmt(run_at)
+    elseif o[3] then
       run_at = o[3]
       ratext = fmt(run_at)
     elseif o[2] == 0 then
@@ -159,7 +215,7 @@ for i = 1, n do
     local unfinished = nil
     if deps then state, unfinished = dependency_state(deps, o[11] == 'run', state) end
     payloads[#payloads + 1] = pkey(id)
-    payloads[#payloads + 1] = ARGV[b + 4]
+    payloads[#payloads + 1] = ARGV[args_at(src) + 4]
     local fields = {'t', t, 'q', q, 's', state, 'ra', ratext,
       'ca', nowtext, 'a', 0}
     local n_ = #fields
@@ -179,7 +235,7 @@ for i = 1, n do
     local ik = o[5]
     if ik then fields[n_ + 1] = 'ik'; fields[n_ + 2] = ik; n_ = n_ + 2 end
     if o[7] then fields[n_ + 1] = 'tn'; fields[n_ + 2] = o[7]; n_ = n_ + 2 end
-    if o[8] then fields[n_ + 1] = 'm'; fields[n_ + 2] = o[8]; n_ = n_ + 2 end
+    if so[8] then fields[n_ + 1] = 'm'; fields[n_ + 2] = so[8]; n_ = n_ + 2 end
     if o[9] then fields[n_ + 1] = 'ro'; fields[n_ + 2] = o[9]; n_ = n_ + 2 end
     if deps then
       fields[n_ + 1] = 'dp'; fields[n_ + 2] = cjson.encode(deps); n_ = n_ + 2
@@ -192,6 +248,7 @@ for i = 1, n do
     end
     if o[11] then fields[n_ + 1] = 'of'; fields[n_ + 2] = o[11]; n_ = n_ + 2 end
     if o[12] then fields[n_ + 1] = 'wf'; fields[n_ + 2] = o[12]; n_ = n_ + 2 end
+    if o[13] then fields[n_ + 1] = 'ck'; fields[n_ + 2] = o[13]; n_ = n_ + 2 end
     redis.call('HSET', jkey(id), unpack(fields))
     all[#all + 1] = 0
     all[#all + 1] = id
@@ -237,10 +294,15 @@ for i = 1, n do
     if ik then
       local key = idemkey(ik)
       redis.call('HSET', key, 'id', id, 'task', t, 'queue', q)
+      -- A debounced job may take over a key whose job was pruned.
+      if o[14] then redis.call('HDEL', key, 'state') end
       redis.call('PEXPIRE', key, math.max(1, math.floor(o[6] * 1000)))
     end
     bump(counts, q, nil, state)
-    if ratext == nowtext and not ttl and state == 'waiting' then
+    if later[i] then
+      out[#out + 1] = false
+      changed[#out] = id
+    elseif ratext == nowtext and not ttl and state == 'waiting' then
       out[#out + 1] = 'n'  -- the common case: waiting, due now, no TTL
     else
       out[#out + 1] = {'n', state, ratext, ttltext, extext}
@@ -248,6 +310,10 @@ for i = 1, n do
   elseif item[1] == 'dup' then
     out[#out + 1] = false
     dups[#out] = item[2]  -- read once the batch is written (it may be in it)
+  elseif item[1] == 'postpone' then
+    timer = postpone(item[2], item[3], counts)
+    out[#out + 1] = false
+    dups[#out] = item[2]
   else
     out[#out + 1] = {'g', item[2], item[3], item[4], item[5], item[6]}
   end
@@ -273,6 +339,7 @@ for q, tasks in pairs(waits) do
 end
 flush(counts)
 for i, id in pairs(dups) do out[i] = {'d', job_row(id)} end
+for i, id in pairs(changed) do out[i] = {'r', job_row(id)} end
 for q, left in pairs(still_waiting) do
   if left then redis.call('PUBLISH', K_WAKE, 'q:' .. q) end
 end

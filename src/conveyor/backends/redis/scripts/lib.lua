@@ -24,6 +24,14 @@ local function iwkey(w) return PFX .. 'iw:' .. w end
 local function inboxkey(w) return PFX .. 'inbox:' .. w end
 -- Dependencies: the ids of the blocked jobs waiting for one job.
 local function depkey(id) return PFX .. 'dep:' .. id end
+-- Per-key concurrency: the ids of the active jobs of one (task,
+-- concurrency_key) group, the slots ClaimRequest.key_limits count. A job
+-- without a key is in its task's group 'ka:<len>:<task>', one with key k in
+-- 'ka:<len>:<task>:k' (field 'ck' of its hash).
+local function slotkey(t, ck)
+  if ck then return PFX .. 'ka:' .. #t .. ':' .. t .. ':' .. ck end
+  return PFX .. 'ka:' .. #t .. ':' .. t
+end
 local K_ALL = PFX .. 'all'
 local K_DELAYED = PFX .. 'delayed'
 local K_EXPIRING = PFX .. 'expiring'
@@ -131,6 +139,36 @@ local function call_many(cmd, key, list, step)
   for i = 1, #list, step do
     redis.call(cmd, key, unpack(list, i, math.min(i + step - 1, #list)))
   end
+end
+
+-- Slot changes of a script, batched per group: note_slot(s, t, ck, id) for each
+-- job that enters (or leaves) active, then move_slots('SADD' or 'SREM', s): one
+-- call per group, however many jobs (most batches: one task, one group).
+local function note_slot(slots, t, ck, id)
+  local k = slotkey(t, ck)
+  local ids = slots[k]
+  if not ids then ids = {}; slots[k] = ids end
+  ids[#ids + 1] = id
+end
+
+local function move_slots(cmd, slots)
+  for k, ids in pairs(slots) do call_many(cmd, k, ids) end
+end
+
+-- The slots of group `k` held now, for a cap of `cap`. A group that looks full
+-- is checked member by member: an id whose job is no longer active (its hash
+-- lost outside the scripts, say) gives its slot back here, so a way out of
+-- active that missed its SREM cannot keep a group full for good.
+local function slots_held(k, cap)
+  local n = redis.call('SCARD', k)
+  if n < cap then return n end
+  local stale = {}
+  for _, id in ipairs(redis.call('SMEMBERS', k)) do
+    if redis.call('HGET', jkey(id), 's') ~= 'active' then stale[#stale + 1] = id end
+  end
+  if #stale == 0 then return n end
+  call_many('SREM', k, stale)
+  return n - #stale
 end
 
 -- Dependencies (NewJob.depends_on). A blocked job sits in the `blocked` index
@@ -247,11 +285,15 @@ end
 -- The claim itself, shared by claim-4 (a worker asks) and enqueue-5 (a direct
 -- handoff to an idle worker): promote due delayed jobs, expire waiting jobs past
 -- their TTL, then claim up to `limit` due jobs of `queues`, priority DESC,
--- run_at ASC, id ASC, within per-task caps, circuits and rate limits. Expired
+-- run_at ASC, id ASC, within per-task caps, circuits, rate limits and per-key
+-- caps (`keycaps`: task -> the most active jobs per concurrency key; a full
+-- group is skipped, the jobs behind it are taken). Every claimed job takes its
+-- group's slot (the ka: set), capped or not: slots count every active job. Expired
 -- jobs resolve their dependents (and publish the wake-ups of those released).
 -- Bumps `counts`; returns the claimed jobs as a lease group and the expired rows
 -- ({field, value...}).
-local function claim_for(now, worker, limit, lease, token, circuits_on, queues, caps, rates, counts)
+local function claim_for(now, worker, limit, lease, token, circuits_on, queues, caps, rates,
+    keycaps, counts)
   local nowtext = fmt(now)
 
   -- 1. promote delayed jobs that are due (a bounded slice per call)
@@ -327,6 +369,47 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     return b
   end
 
+  -- Slots held per group (ka: key) as this claim goes, read once per group.
+  local held = {}
+  local function held_in(k, cap)
+    local n = held[k]
+    if not n then
+      n = slots_held(k, cap)
+      held[k] = n
+    end
+    return n
+  end
+
+  -- The first `want` jobs of a capped task's set `wk` whose group has a free
+  -- slot, walking past the jobs of full groups: each a candidate with its
+  -- group's key. Nil when the set is empty.
+  local function free_heads(wk, t, cap, want)
+    local taken = {}  -- per group, as if every earlier candidate were claimed
+    local found = {}
+    local start = 0
+    local page = math.max(want * 2, 64)
+    while #found < want do
+      local chunk = redis.call('ZRANGE', wk, start, start + page - 1, 'WITHSCORES')
+      if #chunk == 0 then
+        if start == 0 then return nil end
+        break
+      end
+      for i = 1, #chunk, 2 do
+        local member = chunk[i]
+        local k = slotkey(t, redis.call('HGET', jkey(string.sub(member, 18)), 'ck'))
+        local n = taken[k] or held_in(k, cap)
+        if n < cap then
+          found[#found + 1] = {tonumber(chunk[i + 1]), member, k}
+          if #found >= want then break end
+          n = n + 1
+        end
+        taken[k] = n
+      end
+      start = start + page
+    end
+    return found
+  end
+
   -- 4. candidates: the heads of each (queue, task) set the claim may take from
   local cands = {}
   local sources = 0
@@ -338,13 +421,24 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
         local b = budget_of(t)
         if b > 0 then
           local wk = wkey(q, t)
-          local head = redis.call('ZRANGE', wk, 0, math.min(b, limit) - 1, 'WITHSCORES')
-          if #head == 0 then
-            redis.call('SREM', wtkey(q), t)
+          local cap = keycaps[t]
+          if cap then
+            local found = free_heads(wk, t, cap, math.min(b, limit))
+            if not found then
+              redis.call('SREM', wtkey(q), t)
+            elseif #found > 0 then
+              sources = sources + 1
+              for _, f in ipairs(found) do cands[#cands + 1] = {f[1], f[2], q, t, wk, f[3]} end
+            end
           else
-            sources = sources + 1
-            for i = 1, #head, 2 do
-              cands[#cands + 1] = {tonumber(head[i + 1]), head[i], q, t, wk}
+            local head = redis.call('ZRANGE', wk, 0, math.min(b, limit) - 1, 'WITHSCORES')
+            if #head == 0 then
+              redis.call('SREM', wtkey(q), t)
+            else
+              sources = sources + 1
+              for i = 1, #head, 2 do
+                cands[#cands + 1] = {tonumber(head[i + 1]), head[i], q, t, wk}
+              end
             end
           end
         end
@@ -358,16 +452,21 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     end)
   end
 
-  -- 5. claim in that order within each task's budget
+  -- 5. claim in that order within each task's budget and its groups' free
+  -- slots (a candidate of a capped task may find its group filled by one of
+  -- another queue's, taken first)
   local removed = {}
   local payload_keys = {}
   local act = {}
   local ttl_ids = {}  -- claimed jobs with a TTL: they leave the expiring index
+  local slots = {}
   for _, c in ipairs(cands) do
     if #claimed >= limit then break end
     local t = c[4]
-    if budgets[t] > 0 then
+    local k = c[6]
+    if budgets[t] > 0 and (not k or held[k] < keycaps[t]) then
       budgets[t] = budgets[t] - 1
+      if k then held[k] = held[k] + 1 end
       local member = c[2]
       local id = string.sub(member, 18)
       local key = jkey(id)
@@ -377,9 +476,12 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
       -- Read the row once, then write the changes and patch the copy we return.
       local row = redis.call('HGETALL', key)
       local attempts = 1
+      local ck = nil
       for i = 1, #row, 2 do
         local name = row[i]
-        if name == 'a' then
+        if name == 'ck' then
+          ck = row[i + 1]
+        elseif name == 'a' then
           attempts = tonumber(row[i + 1]) + 1
           row[i + 1] = attempts
         elseif name == 's' then
@@ -395,6 +497,7 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
       payload_keys[#payload_keys + 1] = pkey(id)
       act[#act + 1] = lease_until
       act[#act + 1] = id
+      note_slot(slots, t, ck, id)
       bump(counts, c[3], 'waiting', 'active')
       if trials[t] then
         local ck = circuitkey(t)
@@ -426,6 +529,7 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
   for wk, members in pairs(removed) do call_many('ZREM', wk, members) end
   call_many('ZREM', K_EXPIRING, ttl_ids)
   add_active(K_ACTIVE, act)
+  move_slots('SADD', slots)
   return group, expired
 end
 
@@ -480,7 +584,7 @@ local function hand_off(now, q, wks, counts)
       local free = tonumber(r[1])
       local n = redis.call('HINCRBY', key, 'n', 1)
       local group, expired = claim_for(now, worker, free, tonumber(r[2]), r[3] .. '.' .. n,
-        r[4] == '1', cjson.decode(r[5]), {}, {}, counts)
+        r[4] == '1', cjson.decode(r[5]), {}, {}, {}, counts)
       local claimed = group[5]
       if #claimed > 0 or #expired > 0 then
         local inbox = inboxkey(worker)

@@ -7,6 +7,7 @@
 -- A job that ends failed or cancelled and has dependents (flag dn) resolves
 -- them here (resolve_dependents, lib.lua: their hashes, dep:<id>, blocked,
 -- delayed, w:/wt:, done:cancelled, n:<queue>, and wake-ups for those released).
+-- Each recovered job gives back its (task, concurrency_key) slot (ka: sets).
 -- Returns {requeued jobs}, {failed jobs}, {cancelled jobs}, each job {field, value...}.
 local now = now_time()
 local nowtext = fmt(now)
@@ -15,11 +16,14 @@ local requeued, failed, cancelled = {}, {}, {}
 local counts = {}
 local woken = {}
 local finished = {}  -- jobs made terminal that have dependents
+local slots = {}  -- the slots given back, per group
 local stalled = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now), 'LIMIT', 0, 1000)
 for _, id in ipairs(stalled) do
   local key = jkey(id)
-  local f = redis.call('HMGET', key, 'cr', 'a', 'ma', 'st', 'q', 't', 'pr', 'ra', 'ttl', 's', 'dn')
+  local f = redis.call('HMGET', key, 'cr', 'a', 'ma', 'st', 'q', 't', 'pr', 'ra', 'ttl', 's', 'dn',
+    'ck')
   if f[10] == 'active' then
+    note_slot(slots, f[6], f[12], id)
     local attempts = tonumber(f[2]) or 0
     local stalls = (tonumber(f[4]) or 0) + 1
     append_error(key, json_error('Stalled',
@@ -56,6 +60,7 @@ for _, id in ipairs(stalled) do
   end
 end
 call_many('ZREM', KEYS[1], stalled)
+move_slots('SREM', slots)
 local timer = false
 if #finished > 0 then timer = resolve_dependents(finished, now, counts, woken) end
 flush(counts)

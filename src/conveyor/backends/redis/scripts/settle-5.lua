@@ -17,6 +17,8 @@
 -- read with its other fields) resolves them here (resolve_dependents, lib.lua:
 -- their hashes, dep:<id>, blocked, delayed, expiring, w:/wt:, done:cancelled,
 -- n:<queue>, and wake-ups for those released).
+-- Every settled job gives back its (task, concurrency_key) slot (ka: sets,
+-- lib.lua), whatever the outcome: none stays active.
 -- Returns {refused ids}, {ids a pending cancel ended}, {{task, state,
 -- failures, open_until|''} per circuit change}.
 local now = now_time()
@@ -27,6 +29,7 @@ local counts = {}
 local woken = {}
 local timer = false
 local left_active, completed = {}, {}
+local slots = {}  -- the slots given back, per group
 local finished = {}  -- jobs made terminal that have dependents
 -- Tasks whose circuit a success of this batch left closed with no failures:
 -- later successes would change nothing (most batches are all successes).
@@ -77,12 +80,14 @@ end
 local function settle(b)
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local key = jkey(id)
-  local f = redis.call('HMGET', key, 's', 'lt', 'cr', 'q', 't', 'pr', 'ra', 'ttl', 'a', 'dn')
+  local f = redis.call('HMGET', key, 's', 'lt', 'cr', 'q', 't', 'pr', 'ra', 'ttl', 'a', 'dn',
+    'ck')
   if f[1] ~= 'active' or f[2] ~= token then
     refused[#refused + 1] = id
     return
   end
   local q, t = f[4], f[5]
+  note_slot(slots, t, f[11], id)
   local final = outcome
   if f[3] == '1' and (outcome == 'retry' or outcome == 'release') then
     final = 'cancel'  -- a pending cancel wins: the job would wait again
@@ -150,10 +155,11 @@ for _ = 1, n do
   if kind == 'c' or kind == 'c+' then
     local id = ARGV[b + 1]
     local key = jkey(id)
-    local f = redis.call('HMGET', key, 's', 'lt', 'q', 't', 'dn')
+    local f = redis.call('HMGET', key, 's', 'lt', 'q', 't', 'dn', 'ck')
     if f[1] ~= 'active' or f[2] ~= ARGV[b + 2] then
       refused[#refused + 1] = id
     else
+      note_slot(slots, f[4], f[6], id)
       complete(key, id, f[3], '')
       if f[5] == '1' then finished[#finished + 1] = id end
       if kind == 'c+' then count_run(f[4], 0, 0, true) end
@@ -165,6 +171,7 @@ for _ = 1, n do
   end
 end
 call_many('ZREM', KEYS[1], left_active)
+move_slots('SREM', slots)
 call_many('ZADD', donekey('completed'), completed)
 if #finished > 0 then
   timer = resolve_dependents(finished, now, counts, woken) or timer
