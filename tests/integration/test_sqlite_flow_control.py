@@ -214,3 +214,15 @@ async def test_a_schema_4_database_upgrades_with_its_jobs(tmp_path: Path) -> Non
         assert sorted(j.concurrency_key or "" for j in claimed) == ["", "a"]
     finally:
         await backend.close()
+
+
+async def test_a_dead_letter_retry_keeps_the_key(backend: SQLiteBackend) -> None:
+    (stored,) = await backend.enqueue_jobs([job("a", max_attempts=1)])
+    (running,) = (await backend.claim_jobs(request(1))).jobs
+    failed = Settlement(running.id, running.lease_token or "", Outcome.FAIL, "t")
+    assert (await backend.settle_jobs([failed])).refused == set()
+    copy = await backend.retry_failed(stored.id, new_id())
+    assert copy.concurrency_key == "a"
+    # The copy counts in its group: with one "a" running, a cap of 1 skips the other.
+    await backend.enqueue_jobs([job("a")])
+    assert len((await backend.claim_jobs(request(10, {"t": 1}))).jobs) == 1

@@ -652,14 +652,15 @@ WHERE id = :id;
 
 -- name: insert_retry_copy
 -- Copy failed job :id into a new waiting job :new_id with fresh attempts and
--- no idempotency key; it keeps the effective TTL, counted from :now, and its
--- place in a workflow (depends_on, on_dependency_failure, workflow_id).
--- Tables: jobs.
+-- no idempotency key; it keeps the effective TTL, counted from :now, its
+-- place in a workflow (depends_on, on_dependency_failure, workflow_id) and its
+-- concurrency_key (it still counts in its group's cap). Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
                   created_at, expires_at, tenant, retry_of, payload, metadata,
-                  depends_on, on_dependency_failure, workflow_id)
+                  depends_on, on_dependency_failure, workflow_id, concurrency_key)
 SELECT :new_id, task, queue, 'waiting', priority, max_attempts, timeout, ttl, :now, :now,
-       :now + ttl, tenant, id, payload, metadata, depends_on, on_dependency_failure, workflow_id
+       :now + ttl, tenant, id, payload, metadata, depends_on, on_dependency_failure, workflow_id,
+       concurrency_key
 FROM jobs
 WHERE id = :id;
 
