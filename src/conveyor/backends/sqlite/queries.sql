@@ -224,8 +224,9 @@ LIMIT :limit;
 -- The candidates of a claim with key_limits: like claim_candidates, with each
 -- job's concurrency_key, and also leaving out the jobs of the full groups in
 -- :full (a JSON array of [task, concurrency_key]; null is the keyless group),
--- so the walk passes a full group instead of stopping at it. The group test
--- reads the row (the key is not in jobs_claim): this path only.
+-- so the walk passes a full group instead of stopping at it. The full groups
+-- are one set, built once (json_array on both sides renders them alike); the
+-- group test reads the row (the key is not in jobs_claim): this path only.
 -- Tables: jobs (jobs_claim), queues.
 SELECT j.id, j.task, j.concurrency_key
 FROM json_each(:queues) AS q
@@ -234,9 +235,9 @@ JOIN jobs AS j ON j.rowid IN (
     FROM jobs AS c INDEXED BY jobs_claim
     WHERE c.state = 'waiting' AND c.queue = q.value AND c.run_at <= :now
       AND c.task NOT IN (SELECT value FROM json_each(:excluded))
-      AND NOT EXISTS (SELECT 1 FROM json_each(:full) AS g
-                      WHERE json_extract(g.value, '$[0]') = c.task
-                        AND json_extract(g.value, '$[1]') IS c.concurrency_key)
+      AND json_array(c.task, c.concurrency_key) NOT IN (
+          SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
+          FROM json_each(:full) AS g)
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT :limit)
 WHERE q.value NOT IN (SELECT name FROM queues WHERE paused = 1)
