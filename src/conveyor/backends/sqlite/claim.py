@@ -76,13 +76,15 @@ def claim(conn: sqlite3.Connection, request: ClaimRequest) -> ClaimResult:
         (used,) = conn.execute(Q.rate_used, {"task": task, "since": since}).fetchone()
         cap(task, rate.limit - int(used))
 
-    # Per-key caps: a cap of 0 or less admits no job of the task at all.
+    # Per-key caps (of the tasks still admitted): a cap of 0 or less admits no
+    # job of the task at all.
     key_caps: dict[str, int] = {}
-    for task, allowed in request.key_limits.items():
-        if allowed <= 0:
-            excluded.add(task)
-        else:
-            key_caps[task] = allowed
+    if request.key_limits:
+        for task, allowed in request.key_limits.items():
+            if allowed <= 0:
+                excluded.add(task)
+            elif task not in excluded:
+                key_caps[task] = allowed
 
     params: dict[str, Any] = {
         "now": now,
@@ -93,7 +95,6 @@ def claim(conn: sqlite3.Connection, request: ClaimRequest) -> ClaimResult:
         "limit": limit,
         "blocked": json_param(sorted(excluded)),
     }
-    key_caps = {task: n for task, n in key_caps.items() if task not in excluded}
     if caps or key_caps:
         rows = _claim_capped(conn, params, caps, excluded, key_caps)
     else:
