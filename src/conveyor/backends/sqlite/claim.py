@@ -26,6 +26,8 @@ from conveyor.ids import new_token
 
 #: How often a waiting worker looks for other processes' commits.
 COMMIT_POLL_INTERVAL = 0.005
+#: A per-key concurrency group: (task, concurrency_key).
+Group = tuple[str, str | None]
 #: Added to a delayed job's due time, so the claim after the wait sees it as due
 #: (event loop timers may fire up to a clock tick early).
 DUE_SLACK = 0.002
@@ -74,6 +76,16 @@ def claim(conn: sqlite3.Connection, request: ClaimRequest) -> ClaimResult:
         (used,) = conn.execute(Q.rate_used, {"task": task, "since": since}).fetchone()
         cap(task, rate.limit - int(used))
 
+    # Per-key caps (of the tasks still admitted): a cap of 0 or less admits no
+    # job of the task at all.
+    key_caps: dict[str, int] = {}
+    if request.key_limits:
+        for task, allowed in request.key_limits.items():
+            if allowed <= 0:
+                excluded.add(task)
+            elif task not in excluded:
+                key_caps[task] = allowed
+
     params: dict[str, Any] = {
         "now": now,
         "lease_until": now + request.lease,
@@ -83,8 +95,8 @@ def claim(conn: sqlite3.Connection, request: ClaimRequest) -> ClaimResult:
         "limit": limit,
         "blocked": json_param(sorted(excluded)),
     }
-    if caps:
-        rows = _claim_capped(conn, params, caps, excluded)
+    if caps or key_caps:
+        rows = _claim_capped(conn, params, caps, excluded, key_caps)
     else:
         rows = conn.execute(Q.claim_fast, params).fetchall()
 
@@ -111,29 +123,55 @@ def _claim_capped(
     params: dict[str, Any],
     caps: dict[str, int],
     excluded: set[str],
+    key_caps: dict[str, int],
 ) -> list[Row]:
-    """The slow path, for caps below the batch size.
+    """The slow path, for caps below the batch size and per-key caps.
 
-    Candidates come in claim order; a task that reaches its cap is excluded and
-    the query re-run, so a capped task at the head of the queue cannot starve
-    the others behind it.
+    Candidates come in claim order; a task that reaches its cap is excluded,
+    and a (task, concurrency_key) group that reaches its key cap is marked
+    full, and the query re-run, so a capped task or full group at the head of
+    the queue cannot starve the others behind it. Key slots start from the
+    active jobs counted in the store, inside this write transaction.
     """
     excluded = set(excluded)
     taken: dict[str, int] = {}
+    held: dict[Group, int] = {}
+    full: set[Group] = set()
+    if key_caps:
+        counted = conn.execute(Q.key_slots_used, {"tasks": json_param(sorted(key_caps))})
+        for task, key, used in counted.fetchall():
+            held[(task, key)] = used
+            if used >= key_caps[task]:
+                full.add((task, key))
     rows: list[Row] = []
     remaining = int(params["limit"])
     while remaining > 0:
         params["excluded"] = json_param(sorted(excluded))
         params["limit"] = remaining
-        candidates = conn.execute(Q.claim_candidates, params).fetchall()
+        if key_caps:
+            params["full"] = json_param([list(group) for group in full])
+            candidates = conn.execute(Q.claim_key_candidates, params).fetchall()
+        else:
+            candidates = conn.execute(Q.claim_candidates, params).fetchall()
         chosen: list[str] = []
         skipped = False
-        for job_id, task in candidates:
+        for candidate in candidates:
+            job_id, task = candidate[0], candidate[1]
             limit = caps.get(task)
             count = taken.get(task, 0)
             if limit is not None and count >= limit:
                 skipped = True
                 continue
+            key_cap = key_caps.get(task)
+            if key_cap is not None:
+                group = (task, candidate[2])
+                used = held.get(group, 0)
+                if used >= key_cap:
+                    skipped = True
+                    continue
+                held[group] = used + 1
+                if used + 1 >= key_cap:
+                    full.add(group)
             chosen.append(job_id)
             taken[task] = count + 1
             if limit is not None and count + 1 >= limit:

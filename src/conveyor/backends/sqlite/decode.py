@@ -1,16 +1,32 @@
 """SQLite rows (plain tuples in ``JOB_COLUMNS`` order) to :class:`Job` values:
-the decoder shared with PostgreSQL (:mod:`conveyor.backends.sqlrows`), plus
-SQLite's claim order on raw rows."""
+the decoder shared with PostgreSQL (:mod:`conveyor.backends.sqlrows`; the
+dependency columns follow the first 29, then concurrency_key, the column
+migration 0005 added), plus SQLite's claim order on raw rows."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from conveyor.backends.sqlrows import JOB_FIELDS, job_from_row
+from conveyor.backends.sqlite.queries import JOB_COLUMNS
+from conveyor.backends.sqlrows import JOB_FIELDS
+from conveyor.backends.sqlrows import job_from_row as _shared_job_from_row
+from conveyor.job import Job
 
 __all__ = ["JOB_FIELDS", "Row", "claim_order", "job_from_row"]
 
 Row = tuple[Any, ...]
+
+#: Position of ``concurrency_key`` in a ``JOB_COLUMNS`` row (see queries.py).
+CONCURRENCY_KEY = [c.strip() for c in JOB_COLUMNS.split(",")].index("concurrency_key")
+
+
+def job_from_row(r: Row) -> Job:
+    """A job from a row in ``JOB_COLUMNS`` order (then maybe has_dependents)."""
+    job = _shared_job_from_row(r)
+    key = r[CONCURRENCY_KEY]
+    if key is not None:
+        job.concurrency_key = key
+    return job
 
 
 def claim_order(r: Row) -> tuple[int, float, str]:

@@ -57,17 +57,39 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
     rows: list[tuple[Any, ...]] = []  # insert_job
     flow_rows: list[tuple[Any, ...]] = []  # insert_workflow_job
     key_rows: list[tuple[Any, ...]] = []
+    postponed: list[tuple[Any, ...]] = []  # postpone_job, run after the inserts
+    renewed: list[tuple[Any, ...]] = []  # renew_key, after the key upserts
     added: dict[str, int] = {}
     waiting, delayed = JobState.WAITING, JobState.DELAYED
     for nj in jobs:
         key = nj.idempotency_key
+        debounce = nj.debounce
         if key is not None:
             existing = known.get(key)
             if existing is not None:
-                results.append(replace(existing, duplicate=True))
-                continue
+                if not debounce:
+                    results.append(replace(existing, duplicate=True))
+                    continue
+                if existing.state is waiting or existing.state is delayed:
+                    job = _postpone(existing, nj, now + debounce)
+                    postponed.append(
+                        (
+                            bytearray(nj.payload),
+                            None if nj.metadata is None else bytearray(nj.metadata),
+                            job.run_at,
+                            job.id,
+                        )
+                    )
+                    renewed.append((now + nj.idempotency_ttl, key, job.id))
+                    known[key] = job  # a later entry of the batch finds it postponed
+                    results.append(job)
+                    continue
+                # Started or finished: the debounced enqueue stores a new job.
         queue = nj.queue
-        run_at = nj.run_at if nj.run_at is not None else now + nj.delay
+        if debounce:
+            run_at = now + debounce
+        else:
+            run_at = nj.run_at if nj.run_at is not None else now + nj.delay
         state = delayed if run_at > now else waiting
         ttl = nj.ttl  # the effective TTL, stored: every later wait gets it afresh
         config = configs.get(queue)
@@ -78,7 +100,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
         expires_at = None if ttl is None else run_at + ttl
         if plan is not None:
             state = plan.start_state(nj, state)  # may be blocked or cancelled
-        if plan is not None and in_workflow(nj):
+        if nj.concurrency_key is not None or (plan is not None and in_workflow(nj)):
             flow_rows.append(_workflow_row(nj, state, ttl, run_at, now, expires_at))
         elif (
             ttl is None
@@ -160,6 +182,8 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
         )
         if plan is not None:
             _add_workflow_fields(job, nj, now)
+        if nj.concurrency_key is not None:
+            job.concurrency_key = nj.concurrency_key
         if key is not None:
             known[key] = job  # a second job with this key in the batch is its duplicate
             key_rows.append((key, nj.id, nj.task, queue, now + nj.idempotency_ttl))
@@ -182,7 +206,26 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
         plan.write(conn)
     if key_rows:
         conn.executemany(Q.upsert_key, key_rows)
+    if postponed:  # in order: the last debounced payload of a key wins
+        conn.executemany(Q.postpone_job, postponed)
+        conn.executemany(Q.renew_key, renewed)
     return results
+
+
+def _postpone(existing: Job, nj: NewJob, run_at: float) -> Job:
+    """What a debounced enqueue makes of its key's unstarted job: the new
+    payload and metadata, delayed until ``run_at``, its wait's TTL from then."""
+    payload, metadata, problem = _decode_new(nj)
+    return replace(
+        existing,
+        payload=payload,
+        metadata=metadata,
+        decode_error=problem,
+        state=JobState.DELAYED,
+        run_at=run_at,
+        expires_at=None if existing.ttl is None else run_at + existing.ttl,
+        duplicate=True,
+    )
 
 
 #: Plain jobs sharing everything but id and payload go in one statement when
@@ -242,8 +285,9 @@ def _workflow_row(
     now: float,
     expires_at: float | None,
 ) -> tuple[Any, ...]:
-    """The 21 parameters of ``insert_workflow_job`` for a job with dependencies
-    or a workflow (a job cancelled at once carries its reason and end)."""
+    """The 22 parameters of ``insert_workflow_job`` for a job with dependencies,
+    a workflow or a concurrency key (a job cancelled at once carries its reason
+    and end)."""
     cancelled = state is JobState.CANCELLED
     return (
         nj.id,
@@ -267,6 +311,7 @@ def _workflow_row(
         nj.workflow_id,
         FailureReason.DEPENDENCY_FAILED.value if cancelled else None,
         now if cancelled else None,
+        nj.concurrency_key,
     )
 
 

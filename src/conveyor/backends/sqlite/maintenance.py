@@ -12,11 +12,10 @@ from typing import Any
 from conveyor.backends.base import PruneRule, StallResult
 from conveyor.backends.sqlite.admin import CHUNK, remember_final_states
 from conveyor.backends.sqlite.connection import ThreadConnection
-from conveyor.backends.sqlite.decode import Row
+from conveyor.backends.sqlite.decode import Row, job_from_row
 from conveyor.backends.sqlite.dependencies import finished_with_dependents, resolve_dependents
 from conveyor.backends.sqlite.queries import Q
-from conveyor.backends.sqlrows import stall_result
-from conveyor.job import TERMINAL_STATES
+from conveyor.job import TERMINAL_STATES, JobState
 from conveyor.serialization import dumps_str
 
 
@@ -25,7 +24,15 @@ def recover_stalled(conn: sqlite3.Connection, max_stalled: int) -> tuple[StallRe
     requeued ones' and those of the dependents released by jobs that ended."""
     now = time.time()
     rows = conn.execute(Q.recover_stalled, {"now": now, "max_stalled": max_stalled}).fetchall()
-    result = stall_result(rows)
+    result = StallResult()
+    for row in rows:
+        job = job_from_row(row)  # listed by the state it ended in
+        if job.state is JobState.WAITING:
+            result.requeued.append(job)
+        elif job.state is JobState.CANCELLED:
+            result.cancelled.append(job)
+        else:
+            result.failed.append(job)
     wake = {job.queue for job in result.requeued}
     finished = finished_with_dependents(rows)
     if finished:

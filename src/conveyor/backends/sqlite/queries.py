@@ -24,7 +24,7 @@ JOB_COLUMNS = (
     "started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls, "
     "failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested, "
     "payload, metadata, result, progress, errors, depends_on, on_dependency_failure, "
-    "workflow_id"
+    "workflow_id, concurrency_key"
 )
 #: Where ``has_dependents`` sits in the rows of the statements that finish jobs
 #: and return them (expire_due, cancel_job, recover_stalled): right after
@@ -56,6 +56,8 @@ class Queries:
     insert_workflow_job: LiteralString
     add_dependencies: LiteralString
     mark_has_dependents: LiteralString
+    postpone_job: LiteralString
+    renew_key: LiteralString
     upsert_key: LiteralString
     # claim
     promote_due: LiteralString
@@ -63,6 +65,8 @@ class Queries:
     open_circuits: LiteralString
     claim_fast: LiteralString
     claim_candidates: LiteralString
+    claim_key_candidates: LiteralString
+    key_slots_used: LiteralString
     claim_ids: LiteralString
     rate_trim: LiteralString
     rate_used: LiteralString

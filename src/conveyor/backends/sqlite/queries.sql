@@ -69,15 +69,17 @@ FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: insert_workflow_job
--- Insert one new job that has dependencies or belongs to a workflow
--- (executemany): every column insert_job writes, plus depends_on (JSON array
--- text), on_dependency_failure, workflow_id, and failure_reason/finished_at for
--- a job cancelled at once because a dependency already failed. Tables: jobs.
+-- Insert one new job that has dependencies, belongs to a workflow or has a
+-- concurrency key (executemany): every column insert_job writes, plus
+-- depends_on (JSON array text), on_dependency_failure, workflow_id,
+-- failure_reason/finished_at for a job cancelled at once because a dependency
+-- already failed, and concurrency_key. Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
                   created_at, expires_at, idempotency_key, tenant, retry_of, payload, metadata,
-                  depends_on, on_dependency_failure, workflow_id, failure_reason, finished_at)
+                  depends_on, on_dependency_failure, workflow_id, failure_reason, finished_at,
+                  concurrency_key)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-        ?17, ?18, ?19, ?20, ?21);
+        ?17, ?18, ?19, ?20, ?21, ?22);
 
 -- name: add_dependencies
 -- Record that blocked job ?2 waits for unfinished job ?1 (executemany).
@@ -91,6 +93,28 @@ VALUES (?1, ?2);
 UPDATE jobs
 SET has_dependents = 1
 WHERE id IN (SELECT value FROM json_each(:ids)) AND has_dependents = 0;
+
+-- name: postpone_job
+-- A debounced enqueue found its key's job unstarted: ?1 payload and ?2
+-- metadata replace the job's, and it is delayed until ?3, its wait's TTL
+-- counted from then (executemany, in batch order: the last one of a key
+-- wins). The state test holds because the whole enqueue is one write
+-- transaction: no claim can start the job between the key read and this.
+-- Tables: jobs.
+UPDATE jobs
+SET payload = ?1,
+    metadata = ?2,
+    state = 'delayed',
+    run_at = ?3,
+    expires_at = ?3 + ttl
+WHERE id = ?4 AND +state IN ('waiting', 'delayed');
+
+-- name: renew_key
+-- A debounced enqueue renews the key of the job it postponed: it lives at
+-- least until ?1 (executemany). Tables: idempotency_keys.
+UPDATE idempotency_keys
+SET expires_at = max(expires_at, ?1)
+WHERE key = ?2 AND job_id = ?3;
 
 -- name: upsert_key
 -- Remember an idempotency key for a new job, replacing an expired row (executemany).
@@ -138,7 +162,7 @@ RETURNING
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, has_dependents;
+    workflow_id, concurrency_key, has_dependents;
 
 -- name: open_circuits
 -- Circuits that are not closed (open or half-open). Tables: circuits.
@@ -177,7 +201,7 @@ RETURNING
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id;
+    workflow_id, concurrency_key;
 
 -- name: claim_candidates
 -- The slow path's candidates: like claim_fast's choice, but only (id, task),
@@ -196,6 +220,49 @@ WHERE q.value NOT IN (SELECT name FROM queues WHERE paused = 1)
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
+-- name: claim_key_candidates
+-- The candidates of a claim with key_limits: like claim_candidates, with each
+-- job's concurrency_key, and also leaving out the jobs of the full groups in
+-- :full (a JSON array of [task, concurrency_key]; null is the keyless group),
+-- so the walk passes a full group instead of stopping at it. The full groups
+-- are one set, built once (json_array on both sides renders them alike); the
+-- group test reads the row (the key is not in jobs_claim): this path only.
+-- Tables: jobs (jobs_claim), queues.
+SELECT j.id, j.task, j.concurrency_key
+FROM json_each(:queues) AS q
+JOIN jobs AS j ON j.rowid IN (
+    SELECT c.rowid
+    FROM jobs AS c INDEXED BY jobs_claim
+    WHERE c.state = 'waiting' AND c.queue = q.value AND c.run_at <= :now
+      AND c.task NOT IN (SELECT value FROM json_each(:excluded))
+      AND json_array(c.task, c.concurrency_key) NOT IN (
+          SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
+          FROM json_each(:full) AS g)
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT :limit)
+WHERE q.value NOT IN (SELECT name FROM queues WHERE paused = 1)
+ORDER BY j.priority DESC, j.run_at, j.id
+LIMIT :limit;
+
+-- name: key_slots_used
+-- The slots taken, cluster-wide: active jobs per (task, concurrency_key) of
+-- the tasks in :tasks (JSON array), every active job counted, whoever claimed
+-- it. Keyed groups through jobs_key_active; the keyless group walks the active
+-- jobs (jobs_lease). Read inside the claim's write transaction, so no other
+-- claimer can change the counts before this claim commits.
+-- Tables: jobs (jobs_key_active, jobs_lease).
+SELECT task, concurrency_key, count(*)
+FROM jobs INDEXED BY jobs_key_active
+WHERE state = 'active' AND concurrency_key IS NOT NULL
+  AND task IN (SELECT value FROM json_each(:tasks))
+GROUP BY task, concurrency_key
+UNION ALL
+SELECT task, NULL, count(*)
+FROM jobs INDEXED BY jobs_lease
+WHERE state = 'active' AND concurrency_key IS NULL
+  AND task IN (SELECT value FROM json_each(:tasks))
+GROUP BY task;
+
 -- name: claim_ids
 -- The slow path's claim of the chosen :ids (JSON array). Tables: jobs.
 UPDATE jobs
@@ -211,7 +278,7 @@ RETURNING
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id;
+    workflow_id, concurrency_key;
 
 -- name: rate_trim
 -- Forget one task's starts that left its window (at <= :since). Tables: rate_starts.
@@ -354,7 +421,7 @@ SELECT
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id
+    workflow_id, concurrency_key
 FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids));
 
@@ -366,7 +433,7 @@ SELECT
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id
+    workflow_id, concurrency_key
 FROM jobs
 WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:queue IS NULL OR queue = :queue)
@@ -388,7 +455,7 @@ SELECT
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id
+    workflow_id, concurrency_key
 FROM jobs INDEXED BY jobs_finished
 WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at IS NOT NULL
   AND (:queue IS NULL OR queue = :queue)
@@ -576,7 +643,7 @@ RETURNING
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, has_dependents;
+    workflow_id, concurrency_key, has_dependents;
 
 -- name: retry_target
 -- One job's state and the job it was already retried as. Tables: jobs.
@@ -586,14 +653,15 @@ WHERE id = :id;
 
 -- name: insert_retry_copy
 -- Copy failed job :id into a new waiting job :new_id with fresh attempts and
--- no idempotency key; it keeps the effective TTL, counted from :now, and its
--- place in a workflow (depends_on, on_dependency_failure, workflow_id).
--- Tables: jobs.
+-- no idempotency key; it keeps the effective TTL, counted from :now, its
+-- place in a workflow (depends_on, on_dependency_failure, workflow_id) and its
+-- concurrency_key (it still counts in its group's cap). Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
                   created_at, expires_at, tenant, retry_of, payload, metadata,
-                  depends_on, on_dependency_failure, workflow_id)
+                  depends_on, on_dependency_failure, workflow_id, concurrency_key)
 SELECT :new_id, task, queue, 'waiting', priority, max_attempts, timeout, ttl, :now, :now,
-       :now + ttl, tenant, id, payload, metadata, depends_on, on_dependency_failure, workflow_id
+       :now + ttl, tenant, id, payload, metadata, depends_on, on_dependency_failure, workflow_id,
+       concurrency_key
 FROM jobs
 WHERE id = :id;
 
@@ -698,7 +766,7 @@ RETURNING
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, has_dependents;
+    workflow_id, concurrency_key, has_dependents;
 
 -- name: prune_by_age
 -- Delete up to :chunk jobs in :state finished before :before, of :task (NULL =

@@ -46,7 +46,10 @@ CREATE TABLE jobs (
     , depends_on TEXT,
     on_dependency_failure TEXT NOT NULL DEFAULT 'cancel',
     workflow_id TEXT,
-    has_dependents INTEGER NOT NULL DEFAULT 0
+    has_dependents INTEGER NOT NULL DEFAULT 0,
+    -- Added by 0005 (flow control): the group ClaimRequest.key_limits counts
+    -- the task's active jobs in (NULL: the task's one shared group).
+    concurrency_key TEXT
 );
 
 -- No index on (state, queue): every state change would pay for it. Each state
@@ -69,6 +72,11 @@ CREATE INDEX jobs_finished ON jobs (state, finished_at, queue) WHERE finished_at
 CREATE INDEX jobs_tenant ON jobs (tenant, id) WHERE tenant IS NOT NULL;
 -- Blocked jobs, for the counts per queue and state (index-only).
 CREATE INDEX jobs_blocked ON jobs (queue) WHERE state = 'blocked';
+-- A capped claim's count of active jobs per (task, concurrency_key). Keyed jobs
+-- only: a job without a key pays nothing more to be claimed or settled (the
+-- keyless group is counted through jobs_lease).
+CREATE INDEX jobs_key_active ON jobs (task, concurrency_key)
+    WHERE state = 'active' AND concurrency_key IS NOT NULL;
 
 -- The dependencies a blocked job still waits for, one row per (dependency,
 -- dependent). Written at enqueue for the dependencies not finished yet; a
