@@ -159,19 +159,26 @@ class ConveyorSide:
     # workloads
     def drain(self, n: int, processes: int) -> dict[str, float]:
         cpu0 = self.server_cpu()
+        producer0 = time.process_time()
         enqueue_s = self.enqueue_bulk("bench.noop", n)
+        producer_s = time.process_time() - producer0
         cpu1, enqueued_at = self.server_cpu(), time.time()
         procs = [self.start_worker(k) for k in range(processes)]
         with running_all(procs):
             spawned = procs[0].started
             seen = self.wait_done(n, procs[-1])
             cpu2 = self.server_cpu()
+            worker_s = sum(proc.cpu_seconds() for proc in procs)
         first, last = self.window()
         out = {
             "jobs": float(n),
             "enqueue_per_s": n / enqueue_s,
             "drain_per_s": n / (last - first),
             "drain_from_spawn_per_s": n / (seen - spawned),
+            # CPU time is steadier than wall time on a shared machine. The producer's
+            # covers its SQLite writer thread too; the worker's includes its startup.
+            "enqueue_cpu_us_per_job": producer_s / n * 1e6,
+            "worker_cpu_us_per_job": worker_s / n * 1e6,
         }
         if cpu0 is not None and cpu1 is not None and cpu2 is not None:
             out.update(cpu_stats(cpu0, cpu1, cpu2, seen - enqueued_at, n))
