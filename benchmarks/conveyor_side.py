@@ -120,12 +120,22 @@ class ConveyorSide:
     def count(self, state: str) -> int:
         return int(self.run(self.app.count_jobs(state)))
 
-    def wait_done(self, total: int, proc: Proc) -> float:
+    def wait_done(
+        self, total: int, proc: Proc, on_first: Callable[[int], None] | None = None
+    ) -> float:
+        """Wait until ``total`` jobs completed; ``on_first(count)`` is called at the
+        first poll that sees any completed."""
+
         def check() -> bool:
+            nonlocal on_first
             failed = self.count("failed")
             if failed:
                 raise BenchError(f"{failed} job(s) failed:\n{proc.tail()}")
-            return self.count("completed") >= total
+            completed = self.count("completed")
+            if completed and on_first is not None:
+                on_first(completed)
+                on_first = None
+            return completed >= total
 
         return wait_until(f"{total} completed jobs", check, proc, interval=self.poll_interval)
 
@@ -159,20 +169,36 @@ class ConveyorSide:
     # workloads
     def drain(self, n: int, processes: int) -> dict[str, float]:
         cpu0 = self.server_cpu()
+        producer0 = time.process_time()
         enqueue_s = self.enqueue_bulk("bench.noop", n)
+        producer_s = time.process_time() - producer0
         cpu1, enqueued_at = self.server_cpu(), time.time()
         procs = [self.start_worker(k) for k in range(processes)]
+        started: list[tuple[int, float]] = []  # (completed, workers' CPU) once jobs run
+
+        def first_done(completed: int) -> None:
+            started.append((completed, sum(proc.cpu_seconds() for proc in procs)))
+
         with running_all(procs):
             spawned = procs[0].started
-            seen = self.wait_done(n, procs[-1])
+            seen = self.wait_done(n, procs[-1], first_done)
             cpu2 = self.server_cpu()
+            worker_s = sum(proc.cpu_seconds() for proc in procs)
         first, last = self.window()
         out = {
             "jobs": float(n),
             "enqueue_per_s": n / enqueue_s,
             "drain_per_s": n / (last - first),
             "drain_from_spawn_per_s": n / (seen - spawned),
+            # CPU time is steadier than wall time on a shared machine. The producer's
+            # covers its SQLite writer thread too; the worker's includes its startup,
+            # its drain's is from the first poll that saw a job done to the last.
+            "enqueue_cpu_us_per_job": producer_s / n * 1e6,
+            "worker_cpu_us_per_job": worker_s / n * 1e6,
         }
+        if started and started[0][0] < n:
+            done_then, worker_then = started[0]
+            out["drain_cpu_us_per_job"] = (worker_s - worker_then) / (n - done_then) * 1e6
         if cpu0 is not None and cpu1 is not None and cpu2 is not None:
             out.update(cpu_stats(cpu0, cpu1, cpu2, seen - enqueued_at, n))
         return out

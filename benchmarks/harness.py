@@ -82,6 +82,12 @@ class Proc:
             children = []
         return int(children[0]) if len(children) == 1 else pid
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the worker process has used so far (startup included)."""
+        stat = Path(f"/proc/{self.worker_pid()}/stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_mb(self) -> dict[str, float]:
         """VmRSS, its anonymous and file-backed parts, and VmHWM (peak), in MiB."""
         fields: dict[str, float] = {}

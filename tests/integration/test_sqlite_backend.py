@@ -19,7 +19,7 @@ import pytest
 from conveyor.backends.base import ClaimRequest, JobFilter, NewJob, Outcome, Settlement
 from conveyor.backends.sqlite import SQLiteBackend, checkpoint, enqueue
 from conveyor.backends.sqlite.queries import INLINE_MAX, Q
-from conveyor.errors import BackendUnavailable, ConfigurationError
+from conveyor.errors import BackendError, BackendUnavailable, ConfigurationError
 from conveyor.ids import new_id
 from conveyor.job import ErrorInfo, Job, JobState
 
@@ -324,5 +324,20 @@ async def test_a_run_of_plain_jobs_stores_every_payload_byte_for_byte(tmp_path: 
         got = {j.id: j for j in await backend.get_jobs([j.id for j in jobs])}
         assert got[jobs[2].id].payload == {"raw": "é ☃ 😀 \t"}
         assert got[jobs[-1].id].timeout == 3.0
+    finally:
+        await backend.close()
+
+
+async def test_an_id_repeated_in_a_run_of_plain_jobs_fails_the_whole_batch(tmp_path: Path) -> None:
+    """A run's ids travel as the keys of one JSON object: an id given twice must
+    still fail the batch on the primary key, not collapse into one job."""
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/d.db")
+    await backend.open()
+    jobs = [NewJob(id=new_id(), task="t", queue="q", payload=b"{}") for _ in range(enqueue.RUN_MIN)]
+    jobs.append(NewJob(id=jobs[0].id, task="t", queue="q", payload=b'{"again": 1}'))
+    try:
+        with pytest.raises(BackendError):
+            await backend.enqueue_jobs(jobs)
+        assert await backend.count_jobs(JobFilter()) == 0
     finally:
         await backend.close()

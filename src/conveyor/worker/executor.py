@@ -242,6 +242,10 @@ class Executor:
         # Interrupts the run with "timeout" (one loop timer for all runs: deadlines.py).
         self._deadlines.add(run, timeout)
         try:
+            if task.is_async:
+                # What _run_handler does for it, inline: one coroutine less per job
+                # on the hot path (measurable in a no-op drain).
+                return await call()
             return await self._run_handler(task, call)
         except TypeError as exc:
             # Payload keys that don't fit the function's parameters are bad input.

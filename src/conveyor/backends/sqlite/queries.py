@@ -37,7 +37,8 @@ INLINE_MAX = 64 * 1024
 
 
 def json_param(values: Any) -> str:
-    """A JSON array parameter for ``json_each(?)`` (bound as text, never formatted in)."""
+    """A JSON array (or object) parameter for ``json_each(?)`` (bound as text, never
+    formatted in)."""
     return dumps_str(values)
 
 

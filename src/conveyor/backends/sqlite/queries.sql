@@ -53,12 +53,12 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9);
 
 -- name: insert_job_run
 -- Insert a run of new jobs without options that share task, queue, state,
--- priority, max_attempts and run_at, in one statement: :items is a JSON array
--- of [id, payload] (the payload's JSON text as a string, stored as a BLOB).
--- Half the cost of binding 9 parameters per job. Tables: jobs.
+-- priority, max_attempts and run_at, in one statement: :items is a JSON object
+-- {id: payload} (the payload's JSON text as a string, stored as a BLOB), read
+-- in its order. Half the cost of binding 9 parameters per job. Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, run_at, created_at, payload)
-SELECT json_extract(value, '$[0]'), :task, :queue, :state, :priority, :max_attempts,
-       :run_at, :now, CAST(json_extract(value, '$[1]') AS BLOB)
+SELECT key, :task, :queue, :state, :priority, :max_attempts, :run_at, :now,
+       CAST(value AS BLOB)
 FROM json_each(:items);
 
 -- name: dependency_states
