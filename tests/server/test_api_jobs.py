@@ -104,7 +104,7 @@ async def test_enqueue_takes_the_flow_control_options(
     no_key = await client.post(
         "/api/v1/jobs", json={"task": "add", "debounce": "5s"}, headers=auth(ENQUEUE)
     )
-    assert no_key.status_code == 400
+    assert no_key.status_code == 422
     assert "debounce needs an idempotency_key" in error_of(no_key)["message"]
 
 

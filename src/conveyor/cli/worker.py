@@ -312,11 +312,13 @@ def log_tasks(app: Conveyor) -> None:
     width = max((len(task.name) for task in tasks), default=0)
     for task in tasks:
         cap = task.options.concurrency
+        per_key = task.options.key_concurrency
         logger.info(
-            "  %s  queue %s, concurrency %s",
+            "  %s  queue %s, concurrency %s%s",
             task.name.ljust(width),
             task.options.queue,
             cap if cap is not None else "unlimited",
+            f", at most {per_key} per key cluster-wide" if per_key else "",
         )
 
 
