@@ -486,3 +486,30 @@ def test_a_workflow_page_draws_its_graph_and_links_its_jobs(
     expect(page).to_have_url(re.compile(f"/jobs/{job_ids[0]}$"))
     page.goto("/jobs")
     expect(page.get_by_label("State").locator("option", has_text="blocked")).to_have_count(1)
+
+
+def test_cancel_a_running_workflow_from_its_page(tabs: Any, site: tuple[Site, Seeded]) -> None:
+    server, _ = site
+
+    async def start(app: Conveyor) -> str:
+        build = app.tasks["report.build"]
+        workflow = await app.start(chain(build.step(pages=1), build.step(pages=2)))
+        return workflow.id
+
+    workflow_id = with_app(server.url, start)
+    reader = tabs().sign_in(READ)
+    reader.goto(f"/workflows/{workflow_id}")
+    expect(reader.locator("[data-workflow-state]")).to_have_text("running")
+    expect(reader.get_by_role("button", name="Cancel workflow")).to_have_count(0)
+
+    page = tabs().sign_in(ADMIN)
+    page.goto(f"/workflows/{workflow_id}")
+    page.get_by_role("button", name="Cancel workflow").click()
+    expect(page.get_by_role("status")).to_have_text(
+        "Cancelled 2 steps of the workflow (running ones are signalled)."
+    )
+    expect(page).to_have_url(re.compile(f"/workflows/{workflow_id}$"))
+    expect(page.locator("[data-workflow-state]")).to_have_text("cancelled")
+    expect(page.get_by_role("button", name="Cancel workflow")).to_have_count(0)
+    shown = server.api(READ, "GET", f"/api/v1/workflows/{workflow_id}").json()
+    assert shown["state"] == "cancelled"

@@ -180,6 +180,7 @@ ACTIONS: list[tuple[str, dict[str, Any]]] = [
     ("/dead-letters/purge", {"confirm": "yes"}),
     ("/schedules/actions", {"action": "trigger", "name": "nightly-report"}),
     ("/circuits/reset", {"task": "flaky.api"}),
+    ("/workflows/cancel", {"id": "x"}),
 ]
 
 

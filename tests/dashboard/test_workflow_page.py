@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 
-from conveyor import Workflow, chain, group
+from conveyor import JobState, Workflow, WorkflowState, chain, group
 from conveyor.app import Conveyor
 
 from .apps.shop import XSS, XSS_TASK
-from .conftest import ADMIN, READ, Serve, signed_in
+from .conftest import ADMIN, READ, Serve, post_action, signed_in
+from .test_pages import flash_after
 
 ESCAPED = "&lt;script&gt;alert(&#34;xss&#34;)&lt;/script&gt;"
 
@@ -89,3 +90,34 @@ async def test_unknown_workflow_is_a_404_page_and_live_gets_the_block(serve: Ser
     assert live.status_code == 200
     assert "<html" not in live.text
     assert "data-workflow-state" in live.text
+
+
+async def test_an_admin_cancels_a_running_workflow_from_its_page(serve: Serve) -> None:
+    app, client = await signed_in(serve, ADMIN)
+    workflow = await start(app)
+    where = f"/workflows/{workflow.id}"
+    assert "data-cancel-workflow" in (await client.get(where)).text
+    form = {"id": workflow.id, "next": where}
+    done = await post_action(client, where, "/workflows/cancel", form)
+    assert await flash_after(client, done) == (
+        "ok: Cancelled 4 steps of the workflow (running ones are signalled)."
+    )
+    await workflow.refresh()
+    assert workflow.state is WorkflowState.CANCELLED
+    assert {job.state for job in workflow.jobs} == {JobState.CANCELLED}
+    html = (await client.get(where)).text
+    assert "data-workflow-state>cancelled<" in html
+    assert "data-cancel-workflow" not in html  # nothing left to cancel
+
+    again = await post_action(client, "/", "/workflows/cancel", form)
+    assert await flash_after(client, again) == "error: Nothing to cancel: every step has finished."
+    missing = await post_action(client, "/", "/workflows/cancel", {"id": "nope", "next": "/"})
+    assert await flash_after(client, missing) == "error: No workflow with id &#39;nope&#39;."
+
+
+async def test_a_read_only_session_gets_no_cancel_button(serve: Serve) -> None:
+    app, client = await signed_in(serve, READ)
+    workflow = await start(app)
+    html = (await client.get(f"/workflows/{workflow.id}")).text
+    assert "data-cancel-workflow" not in html
+    assert "/workflows/cancel" not in html

@@ -172,3 +172,48 @@ def test_enqueue_sync_carries_the_callers_current_span(spans: InMemorySpanExport
     (producer,) = by_kind(spans, SpanKind.PRODUCER)
     assert producer.parent is not None
     assert producer.parent.span_id == seen[0]
+
+
+async def test_each_job_of_a_batch_gets_its_own_consumer_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    app = Conveyor("memory://", circuit_threshold=0)
+
+    @app.task("pair", batch_size=4, attempts=1)
+    async def pair(ctx: Any, jobs: list[Any]) -> list[Any]:
+        return [ValueError("odd") if job.payload["n"] % 2 else job.payload["n"] for job in jobs]
+
+    tracer = trace.get_tracer("web")
+    requests = {}
+    for n in range(4):
+        with tracer.start_as_current_span(f"request {n}") as request:
+            job = await app.enqueue("pair", {"n": n})
+        requests[job.id] = request.get_span_context()
+    assert await app.drain() == 4
+    await app.close()
+
+    producers = {
+        str((span.attributes or {})["messaging.message.id"]): span
+        for span in by_kind(spans, SpanKind.PRODUCER)
+    }
+    consumers = by_kind(spans, SpanKind.CONSUMER)
+    assert len(consumers) == 4
+    outcomes = {}
+    for consumer in consumers:
+        attributes = dict(consumer.attributes or {})
+        job_id = str(attributes["messaging.message.id"])
+        producer = producers[job_id]
+        assert consumer.name == "process pair"
+        assert consumer.parent is not None
+        assert producer.context is not None
+        assert consumer.parent.span_id == producer.context.span_id  # its own, not a sibling's
+        assert consumer.context is not None
+        assert consumer.context.trace_id == requests[job_id].trace_id
+        assert attributes["conveyor.batch.size"] == 4
+        outcomes[job_id] = (attributes["conveyor.outcome"], consumer.status.status_code)
+    assert sorted(outcomes.values()) == [
+        ("complete", StatusCode.UNSET),
+        ("complete", StatusCode.UNSET),
+        ("fail", StatusCode.ERROR),
+        ("fail", StatusCode.ERROR),
+    ]

@@ -264,7 +264,9 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def prune_jobs(self, rules: Sequence[PruneRule]) -> int:
         """Apply retention rules; also drop expired idempotency keys and
-        rate-limit history. Returns how many jobs were deleted."""
+        rate-limit history. A workflow's jobs are deleted together, only once
+        every one is terminal and due (``backends/workflow_retention.py``).
+        Returns how many jobs were deleted."""
 
     # -- queues ------------------------------------------------------------
     @abc.abstractmethod

@@ -27,6 +27,33 @@ class BatchExecutor(Executor):
     """The :class:`Executor`, plus batches (a subclass: the single-job path is untouched)."""
 
     async def execute_batch(self, batch: Batch) -> Outcomes:
+        """Run ``batch``; with tracing live, each job in it gets its own CONSUMER span."""
+        if self._tracing is None:
+            return await self._execute_batch(batch)
+        return await self._execute_batch_traced(batch)
+
+    async def _execute_batch_traced(self, batch: Batch) -> Outcomes:
+        """``_execute_batch`` with one CONSUMER span per job, each a child of
+        (or linked to) that job's own stored trace context. None is made
+        current: the handler's own spans belong to the batch, not to one job."""
+        tracing = self._tracing
+        assert tracing is not None
+        spans = {member.job.id: tracing.start(member.job) for member in batch.members}
+        for span in spans.values():
+            span.set_attribute("conveyor.batch.size", len(batch.members))
+        try:
+            out = await self._execute_batch(batch)
+        except BaseException as exc:
+            for span in spans.values():
+                tracing.interrupted(span, exc)
+            raise
+        for member, settlement in out:
+            tracing.end(spans.pop(member.job.id), settlement)
+        for span in spans.values():  # every member has an outcome; never leave a span open
+            tracing.end(span, None)
+        return out
+
+    async def _execute_batch(self, batch: Batch) -> Outcomes:
         task = batch.task
         out: Outcomes = []
         ready: list[BatchMember] = []

@@ -11,17 +11,19 @@ from ``CONVEYOR_URL``); the test process builds its own with :func:`make_app`.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from conveyor.app import Conveyor
 from conveyor.context import JobContext
 from conveyor.task import Handler
 
-from .recorder import RECORDER, recorded
+from .recorder import RECORDER, RUNS_DIR_ENV, recorded
 
 #: What ``chaos.hog`` leaks: kept for the life of the process.
 HOARD: list[bytes] = []
@@ -156,8 +158,45 @@ def make_app(url: str | None = None) -> Conveyor:
         with recorded(ctx):
             return {**outcome(ctx), "key": key, "producer": producer, "n": n}
 
+    @app.task("chaos.member")
+    async def member(ctx: JobContext, n: int, seconds: float = 0.0) -> int:
+        """A workflow step: sleep ``seconds``, return ``n``."""
+        with recorded(ctx):
+            await asyncio.sleep(seconds)
+        return n
+
+    @app.task("chaos.gather")
+    async def gather(ctx: JobContext) -> int:
+        """A chord's callback: writes the results it read to
+        ``gathered-<job id>-<pid>-<run>.json`` (one file a run), returns their count."""
+        with recorded(ctx) as run_id:
+            results = await ctx.dependency_results()
+            name = f"gathered-{ctx.job.id}-{os.getpid()}-{run_id}.json"
+            (runs_dir() / name).write_text(json.dumps(results))
+        return len(results)
+
+    @app.task("chaos.total")
+    async def total(ctx: JobContext) -> int:
+        """Sums its dependencies' results (a diamond's join)."""
+        with recorded(ctx):
+            return sum(r for r in await ctx.dependency_results() if r is not None)
+
+    @app.task("chaos.heals", attempts=1)
+    async def heals(ctx: JobContext) -> int:
+        """Fails until the file ``healed`` exists in the runs directory, then
+        returns ten times its dependency's result."""
+        with recorded(ctx):
+            if not (runs_dir() / "healed").exists():
+                raise RuntimeError("not healed yet")
+            (before,) = await ctx.dependency_results()
+            return int(before) * 10
+
     app.register(Validated())
     return app
+
+
+def runs_dir() -> Path:
+    return Path(os.environ[RUNS_DIR_ENV])
 
 
 app = make_app()

@@ -7,6 +7,13 @@ from collections.abc import Sequence
 
 from conveyor.backends.base import PruneRule, StallResult
 from conveyor.backends.memory.store import Row, Store, deadline, to_job
+from conveyor.backends.workflow_retention import (
+    Threshold,
+    WorkflowRow,
+    covers,
+    due_workflows,
+    threshold_of,
+)
 from conveyor.job import TERMINAL_STATES, ErrorInfo, FailureReason, JobState
 
 
@@ -82,8 +89,10 @@ def prune_jobs(store: Store, rules: Sequence[PruneRule]) -> int:
             for row in rows[max(0, rule.max_count) :]:
                 doomed[row.id] = row
         for row in doomed.values():
-            store.remove(row)
-        deleted += len(doomed)
+            if row.workflow_id is None:  # a workflow's jobs go together, below
+                store.remove(row)
+                deleted += 1
+    deleted += _prune_workflows(store, rules, now)
     for name in [k for k, key in store.keys.items() if key.expires_at <= now]:
         del store.keys[name]
     for task in list(store.rates):
@@ -91,4 +100,42 @@ def prune_jobs(store: Store, rules: Sequence[PruneRule]) -> int:
         log.trim(now, log.period)
         if not log.starts:
             del store.rates[task]
+    return deleted
+
+
+def _finished_order(row: Row) -> tuple[float, str]:
+    return (row.finished_at if row.finished_at is not None else row.created_at, row.id)
+
+
+def _prune_workflows(store: Store, rules: Sequence[PruneRule], now: float) -> int:
+    """Delete each workflow whose jobs are all terminal and due, all together."""
+    thresholds: list[Threshold | None] = []
+    for rule in rules:
+        newest_kept = None
+        if rule.max_count is not None and rule.max_count > 0:
+            scope = sorted(
+                (
+                    _finished_order(row)
+                    for row in (store.jobs[i] for i in store.by_state[rule.state])
+                    if covers(rule, row.state, row.task)
+                ),
+                reverse=True,
+            )
+            newest_kept = scope[rule.max_count - 1] if len(scope) >= rule.max_count else None
+        thresholds.append(threshold_of(rule, newest_kept))
+    members: dict[str, list[Row]] = {}
+    for row in store.jobs.values():
+        if row.workflow_id is not None:
+            members.setdefault(row.workflow_id, []).append(row)
+    rows = (
+        WorkflowRow(row.workflow_id, row.id, row.state, row.task, _finished_order(row)[0])
+        for jobs in members.values()
+        for row in jobs
+        if row.workflow_id is not None
+    )
+    deleted = 0
+    for workflow_id in due_workflows(rows, rules, now, thresholds):
+        for row in members[workflow_id]:
+            store.remove(row)
+            deleted += 1
     return deleted

@@ -74,6 +74,10 @@ class Queries:
     recover_stalled: LiteralString
     prune_by_age: LiteralString
     prune_by_count: LiteralString
+    count_threshold: LiteralString
+    finished_workflows: LiteralString
+    workflow_rows: LiteralString
+    delete_workflows: LiteralString
     prune_keys: LiteralString
     prune_rate_starts: LiteralString
     configure_queue: LiteralString

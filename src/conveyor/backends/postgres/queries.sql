@@ -358,8 +358,8 @@ WITH t AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now), r AS (
 SELECT r.* FROM r, resolved;
 
 -- name: prune_by_age
--- Delete up to $5 jobs in state $1 finished before now - $2, of task $3 (NULL
--- = any) and not of the tasks in $4.
+-- Delete up to $5 plain jobs (no workflow: prune_workflows) in state $1
+-- finished before now - $2, of task $3 (NULL = any) and not of the tasks in $4.
 WITH d AS (
     DELETE FROM __schema__.jobs
     WHERE id IN (
@@ -368,6 +368,7 @@ WITH d AS (
           AND j.finished_at < extract(epoch FROM clock_timestamp())::float8 - $2::float8
           AND ($3::text IS NULL OR j.task = $3::text)
           AND j.task <> ALL ($4::text[])
+          AND j.workflow_id IS NULL
         LIMIT $5::integer
         FOR UPDATE SKIP LOCKED)
     RETURNING idempotency_key, id, state
@@ -378,18 +379,65 @@ WITH d AS (
 SELECT count(*) FROM d;
 
 -- name: prune_by_count
--- Delete up to $5 jobs in state $1 beyond the $2 newest by finished_at.
+-- Delete up to $5 plain jobs in state $1 beyond the $2 newest by finished_at
+-- (workflow jobs count among the newest, but are left to prune_workflows).
 WITH d AS (
     DELETE FROM __schema__.jobs
     WHERE id IN (
-        SELECT j.id FROM __schema__.jobs AS j
-        WHERE j.state = $1::text AND j.finished_at IS NOT NULL
-          AND ($3::text IS NULL OR j.task = $3::text)
-          AND j.task <> ALL ($4::text[])
-        ORDER BY j.finished_at DESC, j.id DESC
-        OFFSET $2::integer
-        LIMIT $5::integer
+        SELECT l.id FROM __schema__.jobs AS l
+        WHERE l.id IN (
+            SELECT s.id FROM (
+                SELECT j.id, j.workflow_id FROM __schema__.jobs AS j
+                WHERE j.state = $1::text AND j.finished_at IS NOT NULL
+                  AND ($3::text IS NULL OR j.task = $3::text)
+                  AND j.task <> ALL ($4::text[])
+                ORDER BY j.finished_at DESC, j.id DESC
+                OFFSET $2::integer) AS s
+            WHERE s.workflow_id IS NULL
+            LIMIT $5::integer)
         FOR UPDATE SKIP LOCKED)
+    RETURNING idempotency_key, id, state
+), k AS (
+    UPDATE __schema__.idempotency_keys AS ik SET final_state = d.state
+    FROM d WHERE ik.key = d.idempotency_key AND ik.job_id = d.id
+)
+SELECT count(*) FROM d;
+
+-- name: count_threshold
+-- The $2-th newest job (finished_at, id) in state $1 of task $3 (NULL = any)
+-- and not of the tasks in $4; no row when there are fewer.
+SELECT j.finished_at, j.id FROM __schema__.jobs AS j
+WHERE j.state = $1::text AND j.finished_at IS NOT NULL
+  AND ($3::text IS NULL OR j.task = $3::text)
+  AND j.task <> ALL ($4::text[])
+ORDER BY j.finished_at DESC, j.id DESC
+OFFSET $2::integer - 1
+LIMIT 1;
+
+-- name: finished_workflows
+-- The workflows none of whose jobs is live (index jobs_workflow).
+SELECT workflow_id FROM __schema__.jobs
+WHERE workflow_id IS NOT NULL
+GROUP BY workflow_id
+HAVING bool_and(state IN ('completed', 'failed', 'cancelled'));
+
+-- name: workflow_rows
+-- Every job of the workflows in $1, locked (a dead-letter retry of one waits).
+SELECT workflow_id, id, state, task, finished_at FROM __schema__.jobs
+WHERE workflow_id = ANY ($1::text[])
+ORDER BY id
+FOR UPDATE;
+
+-- name: delete_workflows
+-- Delete every job of the workflows in $1 that still have no live job (a copy
+-- a retry committed meanwhile keeps its workflow).
+WITH d AS (
+    DELETE FROM __schema__.jobs AS j
+    WHERE j.workflow_id = ANY ($1::text[])
+      AND NOT EXISTS (
+          SELECT 1 FROM __schema__.jobs AS l
+          WHERE l.workflow_id = j.workflow_id
+            AND l.state NOT IN ('completed', 'failed', 'cancelled'))
     RETURNING idempotency_key, id, state
 ), k AS (
     UPDATE __schema__.idempotency_keys AS ik SET final_state = d.state

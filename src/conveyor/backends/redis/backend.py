@@ -184,7 +184,7 @@ class RedisBackend(base.Backend):
         return await maintenance.recover_stalled(self._conn, max_stalled)
 
     async def prune_jobs(self, rules: Sequence[base.PruneRule]) -> int:
-        return await maintenance.prune_jobs(self._conn, rules)
+        return await maintenance.prune_jobs(self._conn, rules, self.now)
 
     # -- schedules -----------------------------------------------------------------
     async def sync_schedules(

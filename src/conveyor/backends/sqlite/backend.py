@@ -198,7 +198,7 @@ class SQLiteBackend(UpdateScheduleByChange, base.Backend):
         return result
 
     async def prune_jobs(self, rules: Sequence[base.PruneRule]) -> int:
-        return await maintenance.prune_jobs(self._writer, rules)
+        return await maintenance.prune_jobs(self._writer, self._reader, rules)
 
     # -- queues --------------------------------------------------------------
 

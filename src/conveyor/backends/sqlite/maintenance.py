@@ -15,6 +15,13 @@ from conveyor.backends.sqlite.connection import ThreadConnection
 from conveyor.backends.sqlite.decode import Row, job_from_row
 from conveyor.backends.sqlite.dependencies import finished_with_dependents, resolve_dependents
 from conveyor.backends.sqlite.queries import Q
+from conveyor.backends.workflow_retention import (
+    WORKFLOW_CHUNK,
+    Threshold,
+    WorkflowRow,
+    due_workflows,
+    threshold_of,
+)
 from conveyor.job import TERMINAL_STATES, JobState
 from conveyor.serialization import dumps_str
 
@@ -40,16 +47,19 @@ def recover_stalled(conn: sqlite3.Connection, max_stalled: int) -> tuple[StallRe
     return result, wake
 
 
+def _filters(rule: PruneRule) -> dict[str, Any]:
+    return {
+        "state": rule.state.value,
+        "task": rule.task,
+        "exclude": dumps_str(list(rule.exclude_tasks)),
+    }
+
+
 def prune_chunk(conn: sqlite3.Connection, rule: PruneRule) -> int:
     """Delete up to CHUNK jobs for one rule (age first, then count)."""
     if rule.state not in TERMINAL_STATES:
         return 0  # retention never touches live jobs
-    params: dict[str, Any] = {
-        "state": rule.state.value,
-        "task": rule.task,
-        "exclude": dumps_str(list(rule.exclude_tasks)),
-        "chunk": CHUNK,
-    }
+    params: dict[str, Any] = {**_filters(rule), "chunk": CHUNK}
     deleted: list[Row] = []
     if rule.max_age is not None:
         params["before"] = time.time() - rule.max_age
@@ -68,7 +78,40 @@ def prune_history(conn: sqlite3.Connection) -> None:
     conn.execute(Q.prune_rate_starts, {"now": now})
 
 
-async def prune_jobs(writer: ThreadConnection, rules: Sequence[PruneRule]) -> int:
+def finished_workflows(conn: sqlite3.Connection) -> list[str]:
+    return [row[0] for row in conn.execute(Q.finished_workflows)]
+
+
+def prune_workflows(
+    conn: sqlite3.Connection, rules: Sequence[PruneRule], workflow_ids: list[str]
+) -> int:
+    """Delete, all together, the jobs of each of ``workflow_ids`` that is (still)
+    finished and due; one transaction, so no retry slips in between."""
+    now = time.time()
+    thresholds: list[Threshold | None] = []
+    for rule in rules:
+        newest_kept = None
+        if rule.max_count is not None and rule.max_count > 0:
+            params = {**_filters(rule), "keep": rule.max_count}
+            found = conn.execute(Q.count_threshold, params).fetchone()
+            newest_kept = (found[0], found[1]) if found is not None else None
+        thresholds.append(threshold_of(rule, newest_kept))
+    ids = dumps_str(workflow_ids)
+    rows = (
+        WorkflowRow(wf, job_id, JobState(state), task, finished)
+        for wf, job_id, state, task, finished in conn.execute(Q.workflow_rows, {"ids": ids})
+    )
+    due = due_workflows(rows, rules, now, thresholds)
+    if not due:
+        return 0
+    deleted = conn.execute(Q.delete_workflows, {"ids": dumps_str(sorted(due))}).fetchall()
+    remember_final_states(conn, deleted)
+    return len(deleted)
+
+
+async def prune_jobs(
+    writer: ThreadConnection, reader: ThreadConnection, rules: Sequence[PruneRule]
+) -> int:
     total = 0
     for rule in rules:
         while True:  # chunked, until the rule has nothing left to delete
@@ -76,5 +119,11 @@ async def prune_jobs(writer: ThreadConnection, rules: Sequence[PruneRule]) -> in
             total += deleted
             if not deleted:
                 break
+    if any(rule.max_age is not None or rule.max_count is not None for rule in rules):
+        # Found on the reader (a scan); each chunk decided again under the write lock.
+        workflow_ids = await reader.read(finished_workflows)
+        for i in range(0, len(workflow_ids), WORKFLOW_CHUNK):
+            chunk = workflow_ids[i : i + WORKFLOW_CHUNK]
+            total += await writer.write(prune_workflows, rules, chunk)
     await writer.write(prune_history)
     return total

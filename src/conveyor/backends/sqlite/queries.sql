@@ -769,8 +769,9 @@ RETURNING
     workflow_id, concurrency_key, has_dependents;
 
 -- name: prune_by_age
--- Delete up to :chunk jobs in :state finished before :before, of :task (NULL =
--- any) and not of the tasks in :exclude (JSON array). Tables: jobs (jobs_finished).
+-- Delete up to :chunk plain jobs (no workflow: prune_workflows) in :state
+-- finished before :before, of :task (NULL = any) and not of the tasks in
+-- :exclude (JSON array). Tables: jobs (jobs_finished).
 DELETE FROM jobs
 WHERE rowid IN (
     SELECT rowid
@@ -778,21 +779,59 @@ WHERE rowid IN (
     WHERE state = :state AND finished_at < :before
       AND (:task IS NULL OR task = :task)
       AND task NOT IN (SELECT value FROM json_each(:exclude))
+      AND workflow_id IS NULL
     LIMIT :chunk)
 RETURNING idempotency_key, id, state;
 
 -- name: prune_by_count
--- Delete up to :chunk jobs in :state beyond the :keep newest by finished_at,
--- same task filters as prune_by_age. Tables: jobs (jobs_finished).
+-- Delete up to :chunk plain jobs in :state beyond the :keep newest by
+-- finished_at (workflow jobs count among the newest, but are left to
+-- prune_workflows), same task filters as prune_by_age. Tables: jobs (jobs_finished).
 DELETE FROM jobs
 WHERE rowid IN (
     SELECT rowid
-    FROM jobs
-    WHERE state = :state AND finished_at IS NOT NULL
-      AND (:task IS NULL OR task = :task)
-      AND task NOT IN (SELECT value FROM json_each(:exclude))
-    ORDER BY finished_at DESC, id DESC
-    LIMIT :chunk OFFSET :keep)
+    FROM (
+        SELECT rowid, workflow_id
+        FROM jobs
+        WHERE state = :state AND finished_at IS NOT NULL
+          AND (:task IS NULL OR task = :task)
+          AND task NOT IN (SELECT value FROM json_each(:exclude))
+        ORDER BY finished_at DESC, id DESC
+        LIMIT -1 OFFSET :keep)
+    WHERE workflow_id IS NULL
+    LIMIT :chunk)
+RETURNING idempotency_key, id, state;
+
+-- name: count_threshold
+-- The :keep-th newest job (finished_at, id) in :state, same task filters as
+-- prune_by_count; nothing when there are fewer. Tables: jobs (jobs_finished).
+SELECT finished_at, id
+FROM jobs
+WHERE state = :state AND finished_at IS NOT NULL
+  AND (:task IS NULL OR task = :task)
+  AND task NOT IN (SELECT value FROM json_each(:exclude))
+ORDER BY finished_at DESC, id DESC
+LIMIT 1 OFFSET :keep - 1;
+
+-- name: finished_workflows
+-- The workflows none of whose jobs is live. Tables: jobs (a scan: no index
+-- on workflow_id).
+SELECT workflow_id
+FROM jobs
+WHERE workflow_id IS NOT NULL
+GROUP BY workflow_id
+HAVING sum(state NOT IN ('completed', 'failed', 'cancelled')) = 0;
+
+-- name: workflow_rows
+-- Every job of the workflows in :ids (JSON array). Tables: jobs.
+SELECT workflow_id, id, state, task, finished_at
+FROM jobs
+WHERE workflow_id IN (SELECT value FROM json_each(:ids));
+
+-- name: delete_workflows
+-- Delete every job of the workflows in :ids (JSON array). Tables: jobs.
+DELETE FROM jobs
+WHERE workflow_id IN (SELECT value FROM json_each(:ids))
 RETURNING idempotency_key, id, state;
 
 -- name: prune_keys

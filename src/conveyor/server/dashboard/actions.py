@@ -156,6 +156,23 @@ async def purge(request: Request, session: Session, form: Form) -> Response:
     return redirect(request, back, f"Purged {_plural(deleted, 'dead letter')}.")
 
 
+async def cancel_workflow(request: Request, session: Session, form: Form) -> Response:
+    """Cancel every unfinished step of a workflow (running ones are signalled)."""
+    workflow_id = _required(form, "id")
+    back = local_path(form.get("next"), f"/workflows/{workflow_id}")
+    workflow = await app_of(request).get_workflow(workflow_id)
+    if workflow is None:
+        return redirect(request, back, f"No workflow with id {workflow_id!r}.", error=True)
+    cancelled = await workflow.cancel()
+    if not cancelled:
+        return redirect(request, back, "Nothing to cancel: every step has finished.", error=True)
+    return redirect(
+        request,
+        back,
+        f"Cancelled {_plural(cancelled, 'step')} of the workflow (running ones are signalled).",
+    )
+
+
 async def pause_queue(request: Request, session: Session, form: Form) -> Response:
     name = _required(form, "name")
     await app_of(request).pause_queue(name)

@@ -18,6 +18,7 @@ ROUTES: list[Route] = [
     page("/workers", pages.workers),
     page("/circuits", pages.circuits),
     action("/jobs/actions", actions.job_action),
+    action("/workflows/cancel", actions.cancel_workflow),
     action("/dead-letters/purge", actions.purge),
     action("/queues/pause", actions.pause_queue),
     action("/queues/resume", actions.resume_queue),
