@@ -191,7 +191,9 @@ class Job:
     #: the worker fails such a job as ``invalid`` instead of running it.
     decode_error: str | None = None
     #: The jobs this one waits for, in the order given (``ctx.dependency_results``).
-    depends_on: list[str] = field(default_factory=list)
+    #: A tuple: no container of its own for the many jobs without dependencies
+    #: (each one more object for the garbage collector to track).
+    depends_on: tuple[str, ...] = ()
     on_dependency_failure: DependencyPolicy = DependencyPolicy.CANCEL
     #: The workflow this job belongs to (``app.start``), if any.
     workflow_id: str | None = None

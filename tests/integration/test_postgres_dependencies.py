@@ -148,7 +148,7 @@ async def test_psycopg_enqueue_refuses_an_unknown_dependency(
         async with pconn.transaction():
             stored = await backend.enqueue_jobs_on(pconn, [parent, _job(depends_on=[parent.id])])
     assert [j.state for j in stored] == [JobState.WAITING, JobState.BLOCKED]
-    assert (await backend.get_jobs([stored[1].id]))[0].depends_on == [parent.id]
+    assert (await backend.get_jobs([stored[1].id]))[0].depends_on == (parent.id,)
 
 
 async def test_a_version_2_schema_with_jobs_upgrades(
@@ -181,7 +181,7 @@ async def test_a_version_2_schema_with_jobs_upgrades(
     try:
         (old,) = await backend.get_jobs([old_id])
         assert old.state is JobState.WAITING
-        assert old.depends_on == []
+        assert old.depends_on == ()
         (child,) = await backend.enqueue_jobs([_job(depends_on=[old_id])])
         assert child.state is JobState.BLOCKED
         (running,) = await _claim(backend, limit=1)

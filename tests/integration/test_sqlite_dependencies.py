@@ -154,7 +154,7 @@ async def test_a_schema_3_database_upgrades_with_its_jobs(tmp_path: Path) -> Non
         old = await backend.get_job(old_id)
         assert old is not None
         assert (old.depends_on, old.on_dependency_failure, old.workflow_id) == (
-            [],
+            (),
             DependencyPolicy.CANCEL,
             None,
         )

@@ -81,7 +81,7 @@ async def test_a_chord_reads_every_result_of_its_group_in_order(stack: Stack) ->
     async with running(app, concurrency=8):
         assert await workflow.wait(timeout=30) == sum(range(1, 51))
     callback = workflow.jobs[-1]
-    assert callback.depends_on == [job.id for job in workflow.jobs[:-1]]
+    assert callback.depends_on == tuple(job.id for job in workflow.jobs[:-1])
 
 
 async def test_nesting_a_group_of_chains_into_a_chord(stack: Stack) -> None:
@@ -150,7 +150,7 @@ async def test_start_sync_from_sync_code(stack: Stack) -> None:
     app, t = arithmetic(stack)
     workflow = app.start_sync(chain(t.number.step(n=2), t.double.step()))
     assert len(workflow.jobs) == 2
-    assert workflow.jobs[1].depends_on == [workflow.jobs[0].id]
+    assert workflow.jobs[1].depends_on == (workflow.jobs[0].id,)
 
 
 async def test_retrying_a_failed_step_from_the_dead_letter_queue_resumes(stack: Stack) -> None:

@@ -142,13 +142,13 @@ def test_dependency_fields_decode_on_both_paths() -> None:
     _same([dependent, plain, other])
     for decode in (jobs_from_hashes, lambda raws: [job_from_hash(r) for r in raws]):
         first, second, third = decode([dependent, plain, other])
-        assert first.depends_on == ["a", "b"]
+        assert first.depends_on == ("a", "b")
         assert first.on_dependency_failure is DependencyPolicy.RUN
         assert first.workflow_id == "wf-1"
         assert first.decode_error is None
-        assert second.depends_on == []
+        assert second.depends_on == ()
         assert second.on_dependency_failure is DependencyPolicy.CANCEL  # absent: cancel
-        assert third.depends_on == ["x"]  # one layout, each row its own list
+        assert third.depends_on == ("x",)  # one layout, each row its own ids
         assert first.depends_on is not third.depends_on
 
 
@@ -165,4 +165,4 @@ def test_a_bad_dependency_list_is_a_decode_error_not_an_exception() -> None:
     assert not_ids.decode_error == "stored depends_on is not a list of ids"
     assert "payload is not valid JSON" in str(both.decode_error)
     assert "depends_on is not valid JSON" in str(general.decode_error)
-    assert [j.depends_on for j in (bad_json, not_ids, both, general)] == [[], [], [], []]
+    assert [j.depends_on for j in (bad_json, not_ids, both, general)] == [(), (), (), ()]

@@ -136,16 +136,16 @@ def _job(
         state = JobState.FAILED
     reason_value = r[18]
     reason = None if reason_value is None else _REASONS.get(reason_value, FailureReason.ERROR)
-    depends_on: list[str] = []
+    depends_on: tuple[str, ...] = ()
     policy = _CANCEL
     workflow_id: str | None = None
     if len(r) > _DEPENDENCY_COLUMNS:
         stored = r[29]
         if isinstance(stored, list):  # an array column
-            depends_on = stored
+            depends_on = tuple(stored)
         elif stored is not None:  # JSON array text
             try:
-                depends_on = serialization.loads(stored)
+                depends_on = tuple(serialization.loads(stored))
             except ValueError:
                 problem = problem or f"stored depends_on {stored!r} is not JSON"
         policy = _POLICIES.get(r[30], _CANCEL)

@@ -283,7 +283,7 @@ def _new_job(nj: NewJob, now: float, queue_ttl: float | None) -> Job:
         nj.id, nj.task, nj.queue, payload, state, nj.priority, 0, nj.max_attempts,
         nj.timeout, run_at, now, None, None, None if ttl is None else run_at + ttl, ttl,
         None, None, None, 0, None, None, None, [], None, nj.idempotency_key, nj.tenant,
-        metadata, None, nj.retry_of, False, False, problem, list(nj.depends_on),
+        metadata, None, nj.retry_of, False, False, problem, tuple(nj.depends_on),
         nj.on_dependency_failure, nj.workflow_id, nj.concurrency_key,
     )  # fmt: skip
 

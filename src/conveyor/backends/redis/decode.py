@@ -138,7 +138,7 @@ def _read_depends(fields: dict[str, Any], raw: bytes) -> None:
         problem: str | None = f"stored depends_on is not valid JSON: {exc}"
     else:
         if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
-            fields["depends_on"] = ids
+            fields["depends_on"] = tuple(ids)
             return
         problem = "stored depends_on is not a list of ids"
     if fields.get("decode_error") is None:

@@ -233,7 +233,7 @@ def _new_job(new: base.NewJob) -> Job:
         tenant=new.tenant,
         metadata=metadata,
         retry_of=new.retry_of,
-        depends_on=list(new.depends_on),
+        depends_on=tuple(new.depends_on),
         on_dependency_failure=new.on_dependency_failure,
         workflow_id=new.workflow_id,
         concurrency_key=new.concurrency_key,

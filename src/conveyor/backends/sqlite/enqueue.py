@@ -325,7 +325,7 @@ def _workflow_row(
 
 def _add_workflow_fields(job: Job, nj: NewJob, now: float) -> None:
     """The fields the positional ``Job(...)`` above leaves at their defaults."""
-    job.depends_on = list(nj.depends_on)
+    job.depends_on = tuple(nj.depends_on)
     job.on_dependency_failure = nj.on_dependency_failure
     job.workflow_id = nj.workflow_id
     if job.state is JobState.CANCELLED:

@@ -48,7 +48,7 @@ async def test_a_job_waits_blocked_until_its_dependency_completes(backend: Backe
     first = await enqueue_one(backend, "a", queue="q")
     (then,) = await enqueue(backend, new_job("b", "q", depends_on=[first.id], workflow_id="w1"))
     assert then.state is JobState.BLOCKED
-    assert then.depends_on == [first.id]
+    assert then.depends_on == (first.id,)
     assert then.workflow_id == "w1"
     claimed = (await claim(backend, ["q"])).jobs
     assert ids(claimed) == [first.id]  # never the blocked one

@@ -44,14 +44,14 @@ async def test_retrying_a_failed_dependency_resumes_its_chain(backend: Backend) 
     assert copy.state is JobState.WAITING
     assert copy.retry_of == a.id
     assert copy.workflow_id == "wf"
-    assert copy.depends_on == []
+    assert copy.depends_on == ()
     resumed_b, resumed_c = await fetch(backend, b.id), await fetch(backend, c.id)
     assert resumed_b.state is JobState.BLOCKED
-    assert resumed_b.depends_on == [copy.id]
+    assert resumed_b.depends_on == (copy.id,)
     assert resumed_b.failure_reason is None
     assert resumed_b.finished_at is None
     assert resumed_c.state is JobState.BLOCKED
-    assert resumed_c.depends_on == [b.id]
+    assert resumed_c.depends_on == (b.id,)
     assert (await backend.queue_counts())["default"]["blocked"] == 2
 
     await finish(backend, copy, Outcome.COMPLETE)
@@ -74,12 +74,12 @@ async def test_the_copy_of_a_middle_step_keeps_its_dependencies(backend: Backend
     await finish(backend, stored[2], Outcome.COMPLETE)
 
     copy = await backend.retry_failed(left.id, new_id())
-    assert copy.depends_on == [root.id]
+    assert copy.depends_on == (root.id,)
     assert copy.workflow_id == "d"
     assert copy.state is JobState.WAITING
     resumed = await fetch(backend, join.id)
     assert resumed.state is JobState.BLOCKED
-    assert resumed.depends_on == [copy.id, right.id]
+    assert resumed.depends_on == (copy.id, right.id)
 
     await finish(backend, copy, Outcome.COMPLETE)
     assert (await fetch(backend, join.id)).state is JobState.WAITING
@@ -101,7 +101,7 @@ async def test_a_second_retry_of_a_failed_dependency_changes_nothing(backend: Ba
     second = await backend.retry_failed(copy.id, new_id())
     resumed = await fetch(backend, b.id)
     assert resumed.state is JobState.BLOCKED
-    assert resumed.depends_on == [second.id]
+    assert resumed.depends_on == (second.id,)
 
 
 async def test_a_dependent_cancelled_by_a_user_stays_cancelled(backend: Backend) -> None:
@@ -118,7 +118,7 @@ async def test_a_dependent_cancelled_by_a_user_stays_cancelled(backend: Backend)
     user_cancelled = await fetch(backend, dropped.id)
     assert user_cancelled.state is JobState.CANCELLED
     assert user_cancelled.failure_reason is None
-    assert user_cancelled.depends_on == [a.id]
+    assert user_cancelled.depends_on == (a.id,)
     assert (await fetch(backend, after_dropped.id)).state is JobState.CANCELLED
     await finish(backend, copy, Outcome.COMPLETE)
     assert (await fetch(backend, kept.id)).state is JobState.WAITING
@@ -138,7 +138,7 @@ async def test_a_dependent_of_another_failed_job_stays_cancelled(backend: Backen
         still = await fetch(backend, job.id)
         assert still.state is JobState.CANCELLED
         assert still.failure_reason is DEPENDENCY_FAILED
-    assert (await fetch(backend, both.id)).depends_on == [a.id, other.id]
+    assert (await fetch(backend, both.id)).depends_on == (a.id, other.id)
 
 
 async def test_a_completed_dependent_is_untouched(backend: Backend) -> None:
@@ -152,7 +152,7 @@ async def test_a_completed_dependent_is_untouched(backend: Backend) -> None:
     await backend.retry_failed(a.id, new_id())
     done = await fetch(backend, ran.id)
     assert done.state is JobState.COMPLETED
-    assert done.depends_on == [a.id]
+    assert done.depends_on == (a.id,)
 
 
 async def test_a_dependent_cancelled_at_enqueue_is_resumed_too(backend: Backend) -> None:
@@ -165,6 +165,6 @@ async def test_a_dependent_cancelled_at_enqueue_is_resumed_too(backend: Backend)
     copy = await backend.retry_failed(a.id, new_id())
     resumed = await fetch(backend, late.id)
     assert resumed.state is JobState.BLOCKED
-    assert resumed.depends_on == [copy.id]
+    assert resumed.depends_on == (copy.id,)
     await finish(backend, copy, Outcome.COMPLETE)
     assert (await fetch(backend, late.id)).state is JobState.WAITING
