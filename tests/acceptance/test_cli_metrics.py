@@ -49,6 +49,8 @@ def test_one_worker_serves_its_job_counts_durations_and_loop_lag(cli: Cli, tmp_p
         cli.enqueue("add", {"a": n, "b": n})
     cli.enqueue("explode", {"why": "no"}, "--attempts", "1")
     port = free_port()
+    # A short lease renews every second: the long job below sees renewals.
+    cli.env["CONVEYOR_LEASE"] = "3s"
     worker = cli.start("worker", APP, "--metrics-port", str(port), log=tmp_path / "w.log")
 
     def counted() -> str | None:
@@ -68,8 +70,23 @@ def test_one_worker_serves_its_job_counts_durations_and_loop_lag(cli: Cli, tmp_p
     lag = wait_until(lambda: sample(scrape(port), "conveyor_worker_event_loop_lag_seconds"))
     assert 0 < lag < 1
 
-    cli.enqueue("sleep", {"seconds": 3})
+    # The store's round trips: claims and settles timed, each of the above ones settled.
+    assert (sample(text, "conveyor_worker_claim_seconds_count") or 0) >= 1
+    assert (sample(text, "conveyor_worker_settle_seconds_count") or 0) >= 1
+    assert sample(text, "conveyor_worker_settle_seconds_bucket", le="+Inf") == sample(
+        text, "conveyor_worker_settle_seconds_count"
+    )
+
+    cli.enqueue("sleep", {"seconds": 4})
     assert wait_until(lambda: sample(scrape(port), "conveyor_worker_jobs_running") == 1)
+
+    def renewed() -> str | None:
+        text = scrape(port)
+        count = sample(text, "conveyor_worker_lease_renewals_total", result="renewed")
+        return text if count else None
+
+    text = wait_until(renewed)
+    assert sample(text, "conveyor_worker_lease_renewal_failures_total") == 0
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=20) == 0
 
