@@ -106,6 +106,9 @@ class WorkerMetrics:
             **into,
         )
         self._running: set[str] = set()
+        #: (task, outcome) -> its counter and histogram children: ``labels()`` takes a
+        #: lock and validates every call, and this runs twice per job.
+        self._by_outcome: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def attach(self, events: EventBus) -> None:
         events.on("active", self._active)
@@ -117,9 +120,16 @@ class WorkerMetrics:
         events.on("leases_renewed", self._leases_renewed)
 
     def _end(self, job: Job, outcome: str, duration: float | None) -> None:
-        self.jobs.labels(job.task, outcome).inc()
+        key = (job.task, outcome)
+        children = self._by_outcome.get(key)
+        if children is None:
+            children = self._by_outcome[key] = (
+                self.jobs.labels(*key),
+                self.duration.labels(*key),
+            )
+        children[0].inc()
         if duration is not None:
-            self.duration.labels(job.task, outcome).observe(duration)
+            children[1].observe(duration)
         self._running.discard(job.id)
         self.running.set(len(self._running))
 
