@@ -38,7 +38,7 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 ROUND_TRIP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
-def _client() -> Any:
+def client() -> Any:
     try:
         import prometheus_client
     except ImportError:
@@ -52,7 +52,7 @@ class WorkerMetrics:
     """The metrics of the worker(s) in this process, fed by the app's events."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        prom = _client()
+        prom = client()
         self.registry = registry if registry is not None else prom.CollectorRegistry()
         into = {"registry": self.registry}
         self.jobs = prom.Counter(
@@ -178,13 +178,13 @@ class WorkerMetrics:
 def serve(port: int, registry: CollectorRegistry, host: str = "0.0.0.0") -> Any:
     """Serve ``registry`` at http://host:port/metrics from a daemon thread; the
     returned server's ``shutdown()`` stops it."""
-    server, _thread = _client().start_http_server(port, addr=host, registry=registry)
+    server, _thread = client().start_http_server(port, addr=host, registry=registry)
     return server
 
 
 def multiprocess_registry(path: str) -> CollectorRegistry:
     """A registry that sums what the children write under ``path``."""
-    _client()
+    client()
     from prometheus_client import CollectorRegistry, multiprocess
 
     registry = CollectorRegistry()
