@@ -14,6 +14,7 @@ file, so one run's tracer provider or Django setup never leaks into the next.
   against not importable (``absent``);
 - ``sdk``: W1 drain with the SDK, a BatchSpanProcessor and an exporter that
   drops spans (``sdk``), against ``absent``;
+- ``sampled``: the same with 1% of traces kept (``sdk-sampled``), against ``absent``;
 - ``metrics``: W1 drain with ``--metrics-port`` (``metrics``) against without (``api``);
 - ``scrape``: ``/metrics`` response times, scraped every 10 ms, of a worker
   draining ``--scrape-jobs`` jobs (not paired);
@@ -72,6 +73,7 @@ SCRAPE_EVERY = 0.01
 PAIRS: dict[str, tuple[str, str, str]] = {
     "tracing": ("api", "absent", "drain_per_s"),
     "sdk": ("sdk", "absent", "drain_per_s"),
+    "sampled": ("sdk-sampled", "absent", "drain_per_s"),
     "metrics": ("metrics", "api", "drain_per_s"),
     "django": ("django", "native", "p50_ms"),
     "django-e2e": ("django", "plain", "p50_ms"),
@@ -262,7 +264,7 @@ def measure(kind: str, mode: str, jobs: int) -> dict[str, float]:
     cmd += ["--jobs", str(jobs)]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    print(f"  {kind:<6} {mode:<8} ...", end="", flush=True)
+    print(f"  {kind:<6} {mode:<11} ...", end="", flush=True)
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -298,7 +300,7 @@ def compare(name: str, pairs: int, jobs: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="tracing,sdk,metrics,scrape,django,django-e2e")
+    parser.add_argument("--only", default="tracing,sdk,sampled,metrics,scrape,django,django-e2e")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=20_000, help="W1 jobs per drain")
     parser.add_argument("--scrape-jobs", type=int, default=100_000)

@@ -3,7 +3,8 @@
 - ``absent``: ``opentelemetry`` cannot be imported, as if it were not installed;
 - ``api`` (default): installed, no tracer provider set;
 - ``sdk``: the SDK's tracer provider with a BatchSpanProcessor and an exporter
-  that drops every span (the cost of making spans, not of shipping them).
+  that drops every span (the cost of making spans, not of shipping them);
+- ``sdk-sampled``: the same, keeping 1% of traces (``ParentBased(TraceIdRatioBased(0.01))``).
 
     BENCH_TRACING=sdk python -m conveyor worker benchmarks.apps.traced_app:app
 
@@ -18,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-MODES = ("absent", "api", "sdk")
+MODES = ("absent", "api", "sdk", "sdk-sampled")
 
 
 def set_tracing(mode: str) -> None:
@@ -26,7 +27,7 @@ def set_tracing(mode: str) -> None:
         raise SystemExit(f"BENCH_TRACING={mode!r}: expected one of {', '.join(MODES)}")
     if mode == "absent":
         sys.modules["opentelemetry"] = None  # type: ignore[assignment]  # import fails
-    elif mode == "sdk":
+    elif mode in ("sdk", "sdk-sampled"):
         from opentelemetry import trace
         from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
         from opentelemetry.sdk.trace.export import (
@@ -34,6 +35,7 @@ def set_tracing(mode: str) -> None:
             SpanExporter,
             SpanExportResult,
         )
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
         class DropSpans(SpanExporter):
             def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -42,7 +44,8 @@ def set_tracing(mode: str) -> None:
             def shutdown(self, *args: Any) -> None:
                 pass
 
-        provider = TracerProvider()
+        sampled = mode == "sdk-sampled"
+        provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.01)) if sampled else None)
         provider.add_span_processor(BatchSpanProcessor(DropSpans()))
         trace.set_tracer_provider(provider)
 
