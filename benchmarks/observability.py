@@ -20,8 +20,14 @@ file, so one run's tracer provider or Django setup never leaks into the next.
   draining ``--scrape-jobs`` jobs (not paired);
 - ``django``: W2 pickup against a Django worker, jobs enqueued by Django's
   ``.enqueue()`` (``django``) against the same job by ``app.enqueue`` (``native``);
+- ``django-sync``: the same ``django`` against ``app.enqueue_sync`` of the same job
+  (``sync``: what a sync caller such as a Django view would use without Django);
 - ``django-e2e``: the same ``django`` against benchmarks/run.py's plain W2
   (``plain``: an async task on its own worker).
+
+Drains also report the worker's own CPU time per job (all its threads, from
+/proc/PID/task/*/schedstat), which a busy neighbour disturbs far less than the
+wall-clock rate; its ratio is B's over A's, read like a throughput ratio.
 
 W1 and W2 are those of benchmarks/run.py (a no-op job drained by one worker
 with ``-c 50``; jobs enqueued every 10 ms to an idle worker, pickup = handler
@@ -76,6 +82,7 @@ PAIRS: dict[str, tuple[str, str, str]] = {
     "sampled": ("sdk-sampled", "absent", "drain_per_s"),
     "metrics": ("metrics", "api", "drain_per_s"),
     "django": ("django", "native", "p50_ms"),
+    "django-sync": ("django", "sync", "p50_ms"),
     "django-e2e": ("django", "plain", "p50_ms"),
 }
 
@@ -121,9 +128,48 @@ def child_drain(workdir: Path, mode: str, jobs: int) -> dict[str, float]:
 
     side = drain_side(workdir, tracing, free_port() if mode == "metrics" else None)
     try:
-        return {k: v for k, v in side.drain(jobs, 1).items() if k != "drain_from_spawn_per_s"}
+        return timed_drain(side, jobs)
     finally:
         side.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of ``pid`` so far (schedstat: nanoseconds, unlike
+    the 10 ms ticks of /proc/PID/stat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):  # a thread that just ended
+            continue
+    return total / 1e9
+
+
+def timed_drain(side: Any, jobs: int) -> dict[str, float]:
+    """W1's drain (as ConveyorSide.drain), plus the worker's own CPU time per job
+    between the first completed job seen and the last: on a shared host the
+    wall-clock rate follows the neighbours' load, the CPU per job much less."""
+    side.enqueue_bulk("bench.noop", jobs)
+    proc = side.start_worker()
+    start: tuple[int, float] | None = None
+    with running(proc):
+        while True:
+            done = side.count("completed")
+            cpu = cpu_seconds(proc.popen.pid)
+            if start is None and done > 0:
+                start = (done, cpu)
+            if done >= jobs:
+                break
+            proc.check_alive()
+            time.sleep(0.01)
+    first, last = side.window()
+    assert start is not None
+    counted = done - start[0]
+    return {
+        "drain_per_s": jobs / (last - first),
+        "worker_cpu_us_per_job": (cpu - start[1]) / counted * 1e6 if counted else float("nan"),
+        "jobs_cpu_counted": float(counted),
+    }
 
 
 def child_scrape(workdir: Path, jobs: int) -> dict[str, float]:
@@ -203,6 +249,12 @@ def django_pickup(workdir: Path, mode: str) -> dict[str, float]:
 
         def enqueue(i: int) -> str:
             return str(stamp.enqueue(i=i).id)
+
+    elif mode == "sync":  # the same job from a sync caller, through the app's loop thread
+
+        def enqueue(i: int) -> str:
+            payload = {"task": DJANGO_TASK_PATH, "args": [], "kwargs": {"i": i}}
+            return app.enqueue_sync("django.task", payload).id
 
     else:
 
@@ -286,7 +338,7 @@ def compare(name: str, pairs: int, jobs: int) -> dict[str, Any]:
         for mode in order:
             runs[mode].append(got[mode])
         ratios.append(got[a][metric] / got[b][metric])
-    return {
+    out: dict[str, Any] = {
         "a": a,
         "b": b,
         "metric": metric,
@@ -296,11 +348,21 @@ def compare(name: str, pairs: int, jobs: int) -> dict[str, Any]:
         "ratios": ratios,
         "median_ratio": statistics.median(ratios),
     }
+    if kind == "drain":
+        # B's CPU per job over A's: like a throughput ratio, below 1 means A costs more.
+        cpu = "worker_cpu_us_per_job"
+        out["cpu_ratios"] = [rb[cpu] / ra[cpu] for ra, rb in zip(runs[a], runs[b], strict=True)]
+        out["median_cpu_a"] = statistics.median(r[cpu] for r in runs[a])
+        out["median_cpu_b"] = statistics.median(r[cpu] for r in runs[b])
+        out["median_cpu_ratio"] = statistics.median(out["cpu_ratios"])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="tracing,sdk,sampled,metrics,scrape,django,django-e2e")
+    parser.add_argument(
+        "--only", default="tracing,sdk,sampled,metrics,scrape,django,django-sync,django-e2e"
+    )
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=20_000, help="W1 jobs per drain")
     parser.add_argument("--scrape-jobs", type=int, default=100_000)
@@ -339,6 +401,13 @@ def main(argv: list[str] | None = None) -> int:
             f"| {name} | {got['metric']} | {got['a']} | {got['b']} | {fmt(got['median_a'])} "
             f"| {fmt(got['median_b'])} | {per_pair} | {got['median_ratio']:.3f} |"
         )
+        if "cpu_ratios" in got:
+            per_pair = " / ".join(f"{r:.3f}" for r in got["cpu_ratios"])
+            print(
+                f"| {name} | worker CPU us/job (B/A) | {got['a']} | {got['b']} "
+                f"| {fmt(got['median_cpu_a'])} | {fmt(got['median_cpu_b'])} | {per_pair} "
+                f"| {got['median_cpu_ratio']:.3f} |"
+            )
     if "scrape" in out:
         got = out["scrape"]
         print(
