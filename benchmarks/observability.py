@@ -17,7 +17,8 @@ file, so one run's tracer provider or Django setup never leaks into the next.
 - ``sampled``: the same with 1% of traces kept (``sdk-sampled``), against ``absent``;
 - ``metrics``: W1 drain with ``--metrics-port`` (``metrics``) against without (``api``);
 - ``scrape``: ``/metrics`` response times, scraped every 10 ms, of a worker
-  draining ``--scrape-jobs`` jobs (not paired);
+  draining ``--scrape-jobs`` jobs, each run followed by one of an idle worker
+  (the host's own share);
 - ``django``: W2 pickup against a Django worker, jobs enqueued by Django's
   ``.enqueue()`` (``django``) against the same job by ``app.enqueue`` (``native``);
 - ``django-sync``: the same ``django`` against ``app.enqueue_sync`` of the same job
@@ -173,11 +174,15 @@ def timed_drain(side: Any, jobs: int) -> dict[str, float]:
 
 
 def child_scrape(workdir: Path, jobs: int) -> dict[str, float]:
+    """Scrapes while a worker drains ``jobs`` jobs; with 0, as many scrapes of an
+    idle worker (the host's share of the response time)."""
     os.environ["BENCH_TRACING"] = "api"
     port = free_port()
     side = drain_side(workdir, "api", port)
     times: list[float] = []
     stop = threading.Event()
+    if jobs == 0:
+        return scrape_idle(side, port)
 
     def scrape() -> None:
         url = f"http://127.0.0.1:{port}/metrics"
@@ -210,6 +215,33 @@ def child_scrape(workdir: Path, jobs: int) -> dict[str, float]:
         "p99_ms": percentile(ms, 99),
         "max_ms": max(ms),
         "drain_per_s": drained["drain_per_s"],
+    }
+
+
+def scrape_idle(side: Any, port: int, count: int = 250) -> dict[str, float]:
+    url = f"http://127.0.0.1:{port}/metrics"
+    times: list[float] = []
+    try:
+        with running(side.start_worker()) as proc:
+            while len(times) < count:
+                proc.check_alive()
+                t0 = time.perf_counter()
+                try:
+                    with urllib.request.urlopen(url, timeout=5) as response:
+                        response.read()
+                except OSError:  # not listening yet
+                    time.sleep(0.05)
+                    continue
+                times.append(time.perf_counter() - t0)
+                time.sleep(SCRAPE_EVERY)
+    finally:
+        side.close()
+    ms = [t * 1000 for t in times]
+    return {
+        "scrapes": float(len(ms)),
+        "p50_ms": percentile(ms, 50),
+        "p99_ms": percentile(ms, 99),
+        "max_ms": max(ms),
     }
 
 
@@ -380,11 +412,17 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.only.split(","):
         print(f"{name}:", flush=True)
         if name == "scrape":
-            runs = [measure("scrape", "api", args.scrape_jobs) for _ in range(args.scrape_runs)]
+            # Alternated with scrapes of an idle worker: what the host alone adds.
+            runs, idle = [], []
+            for _ in range(args.scrape_runs):
+                runs.append(measure("scrape", "api", args.scrape_jobs))
+                idle.append(measure("scrape", "idle", 0))
             out[name] = {
                 "runs": runs,
+                "idle": idle,
                 "median_p99_ms": statistics.median(r["p99_ms"] for r in runs),
                 "median_p50_ms": statistics.median(r["p50_ms"] for r in runs),
+                "idle_median_p99_ms": statistics.median(r["p99_ms"] for r in idle),
             }
         else:
             out[name] = compare(name, args.pairs, args.jobs)
@@ -413,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\n/metrics under W1 load: p50 {got['median_p50_ms']:.2f} ms, p99 "
             f"{got['median_p99_ms']:.2f} ms (median of {len(got['runs'])} runs; scrapes "
-            f"per run {', '.join(str(int(r['scrapes'])) for r in got['runs'])})"
+            f"per run {', '.join(str(int(r['scrapes'])) for r in got['runs'])}); an idle "
+            f"worker's p99 {got['idle_median_p99_ms']:.2f} ms"
         )
     print(f"load average before {out['load_before']}, after {out['load_after']}")
     if args.json:
