@@ -3,7 +3,9 @@
 The W3C trace context travels in the job's metadata under the reserved keys
 ``traceparent`` and ``tracestate`` (:data:`RESERVED_METADATA_KEYS`), so every
 store carries it without a schema change, and every enqueue path (they all end
-in ``Runtime.enqueue_many``) writes it.
+in ``Runtime.enqueue_many``) writes it. An attempt that ends with an error
+stores its own span's ``traceparent`` with that error (``ErrorInfo.traceparent``),
+and the next attempt's span links to it.
 
 Whether tracing is live is decided once, when the producer connects or the
 worker is built (:func:`tracing_live`): without ``opentelemetry-api``, or with
@@ -155,7 +157,8 @@ class ConsumerTracing:
         if parent_ctx is not None and self._link:
             links.insert(0, _link_to(parent_ctx))
             parent_ctx = None
-        # No stored context (enqueued before tracing was on) or link mode: a root span.
+        # A root span without a stored context (enqueued before tracing was on) or
+        # in link mode; else a child of the producer's span.
         return self._tracer.start_span(
             f"process {job.task}",
             context=parent_ctx if parent_ctx is not None else otel_context.Context(),
