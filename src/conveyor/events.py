@@ -17,6 +17,9 @@
 | ``circuit_opened`` | worker, from the backend's answer | ``task``, ``circuit`` |
 | ``circuit_closed`` | worker, from the backend's answer | ``task``, ``circuit`` |
 | ``worker_started`` / ``worker_stopped`` | worker | ``worker_id`` |
+| ``claimed`` | worker, after each claim round trip | ``worker_id``, ``count``, ``seconds`` |
+| ``settled`` | worker, after each batch of outcomes was stored | ``count``, ``seconds`` |
+| ``leases_renewed`` | worker, per renewal | ``renewed``, ``lost``, ``seconds``, ``error`` |
 | ``schedule_fired`` | scheduler, a slot enqueued | ``schedule``, ``job``, ``fire_time``, ... |
 | ``schedule_missed`` | scheduler, slots skipped | ``schedule``, ``missed_from``, ``next_fire`` |
 | ``error`` | any role, on an unexpected exception it survived | ``error``, ``where`` |
@@ -53,6 +56,9 @@ EVENT_NAMES = frozenset(
         "circuit_closed",
         "worker_started",
         "worker_stopped",
+        "claimed",
+        "settled",
+        "leases_renewed",
         "schedule_fired",
         "schedule_missed",
         "error",

@@ -110,9 +110,12 @@ class ErrorInfo:
     attempt: int = 0
     reason: str = FailureReason.ERROR.value
     at: float = 0.0
+    traceparent: str | None = None
+    """The W3C ``traceparent`` of the attempt's CONSUMER span (tracing on only):
+    the next attempt's span links to it."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "type": self.type,
             "message": self.message,
             "traceback": self.traceback,
@@ -120,6 +123,9 @@ class ErrorInfo:
             "reason": self.reason,
             "at": self.at,
         }
+        if self.traceparent is not None:
+            out["traceparent"] = self.traceparent
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
@@ -130,7 +136,12 @@ class ErrorInfo:
             attempt=int(data.get("attempt", 0)),
             reason=str(data.get("reason", FailureReason.ERROR.value)),
             at=float(data.get("at", 0.0)),
+            traceparent=_str_or_none(data.get("traceparent")),
         )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 class JobSource(Protocol):

@@ -3,7 +3,9 @@
 The W3C trace context travels in the job's metadata under the reserved keys
 ``traceparent`` and ``tracestate`` (:data:`RESERVED_METADATA_KEYS`), so every
 store carries it without a schema change, and every enqueue path (they all end
-in ``Runtime.enqueue_many``) writes it.
+in ``Runtime.enqueue_many``) writes it. An attempt that ends with an error
+stores its own span's ``traceparent`` with that error (``ErrorInfo.traceparent``),
+and the next attempt's span links to it.
 
 Whether tracing is live is decided once, when the producer connects or the
 worker is built (:func:`tracing_live`): without ``opentelemetry-api``, or with
@@ -23,7 +25,8 @@ import orjson
 from conveyor.backends.base import NewJob, Outcome, Settlement
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, Tracer
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Link, Span, Tracer
 
     from conveyor.job import Job
 
@@ -135,7 +138,6 @@ class ConsumerTracing:
 
     def start(self, job: Job) -> Span:
         from opentelemetry import context as otel_context
-        from opentelemetry.trace import Link, get_current_span
 
         carrier = _carrier(job.metadata)
         parent_ctx = self._propagator.extract(carrier) if carrier else None
@@ -151,24 +153,32 @@ class ConsumerTracing:
         }
         if job.tenant is not None:
             attributes["conveyor.tenant"] = job.tenant
-        name = f"process {job.task}"
-        if parent_ctx is None:
-            # No stored context (enqueued before tracing was on): a root span.
-            return self._tracer.start_span(
-                name, context=otel_context.Context(), kind=self._kind, attributes=attributes
-            )
-        if self._link:
-            links = [Link(get_current_span(parent_ctx).get_span_context())]
-            return self._tracer.start_span(
-                name,
-                context=otel_context.Context(),
-                kind=self._kind,
-                attributes=attributes,
-                links=links,
-            )
+        links = self._previous_attempt(job)
+        if parent_ctx is not None and self._link:
+            links.insert(0, _link_to(parent_ctx))
+            parent_ctx = None
+        # A root span without a stored context (enqueued before tracing was on) or
+        # in link mode; else a child of the producer's span.
         return self._tracer.start_span(
-            name, context=parent_ctx, kind=self._kind, attributes=attributes
+            f"process {job.task}",
+            context=parent_ctx if parent_ctx is not None else otel_context.Context(),
+            kind=self._kind,
+            attributes=attributes,
+            links=links,
         )
+
+    def _previous_attempt(self, job: Job) -> list[Link]:
+        """A link to the span of the attempt that ended with the job's last error,
+        when that attempt was traced (its worker stored the context with the error;
+        an attempt whose worker died stored nothing)."""
+        error = job.error
+        if error is None or error.traceparent is None:
+            return []
+        context = self._propagator.extract({TRACEPARENT: error.traceparent})
+        link = _link_to(context, {"conveyor.link": "previous_attempt"})
+        if not link.context.is_valid:
+            return []
+        return [link]
 
     def activate(self, span: Span) -> AbstractContextManager[Any]:
         """Make ``span`` current, so the handler's own spans nest under it."""
@@ -176,8 +186,7 @@ class ConsumerTracing:
 
         return use_span(span, end_on_exit=False, record_exception=False)
 
-    @staticmethod
-    def end(span: Span, settlement: Settlement | None) -> None:
+    def end(self, span: Span, settlement: Settlement | None) -> None:
         from opentelemetry.trace import Status, StatusCode
 
         if settlement is None:
@@ -196,13 +205,29 @@ class ConsumerTracing:
                     },
                 )
                 span.set_status(Status(StatusCode.ERROR, f"{error.type}: {error.message}"))
+            if error is not None:
+                # Stored with the error, so the next attempt's span can link back here.
+                error.traceparent = self._traceparent(span)
         span.end()
+
+    def _traceparent(self, span: Span) -> str | None:
+        from opentelemetry.trace import set_span_in_context
+
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier, context=set_span_in_context(span))
+        return carrier.get(TRACEPARENT)
 
     @staticmethod
     def interrupted(span: Span, exc: BaseException) -> None:
         span.set_attribute("conveyor.outcome", "interrupted")
         span.record_exception(exc)
         span.end()
+
+
+def _link_to(context: Context, attributes: dict[str, Any] | None = None) -> Link:
+    from opentelemetry.trace import Link, get_current_span
+
+    return Link(get_current_span(context).get_span_context(), attributes)
 
 
 def _carrier(metadata: Any) -> dict[str, str] | None:

@@ -34,10 +34,14 @@ SPEC_EVENTS = {
 SCHEDULER_EVENTS = {"schedule_fired", "schedule_missed"}
 #: Issue 17's, told by the worker that finishes a workflow.
 WORKFLOW_EVENTS = {"workflow_completed", "workflow_failed"}
+#: The worker's store round trips, timed (``--metrics-port`` reads them).
+ROUND_TRIP_EVENTS = {"claimed", "settled", "leases_renewed"}
 
 
 def test_event_names_are_the_specs() -> None:
-    assert set(EVENT_NAMES) == SPEC_EVENTS | SCHEDULER_EVENTS | WORKFLOW_EVENTS
+    assert set(EVENT_NAMES) == (
+        SPEC_EVENTS | SCHEDULER_EVENTS | WORKFLOW_EVENTS | ROUND_TRIP_EVENTS
+    )
 
 
 @pytest.mark.parametrize("name", ["complete", "COMPLETED", "", "job.completed", "started"])

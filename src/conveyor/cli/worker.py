@@ -172,31 +172,25 @@ def worker_command(
             supervise(app, command, processes, burst, with_scheduler, metrics_port, metrics_host)
         )
     metrics = None
-    server = None
     if metrics_port is not None or metrics_child:
-        from conveyor.worker.metrics import WorkerMetrics, serve
+        from conveyor.worker.metrics import WorkerMetrics
 
         metrics = WorkerMetrics()
-        if metrics_port is not None:
-            server = serve(metrics_port, metrics.registry, metrics_host)
-    try:
-        recycled = loops.run(
-            run_worker(
-                app,
-                listen,
-                concurrency,
-                burst,
-                supervisor_pid,
-                with_scheduler,
-                prefetch,
-                quiet,
-                metrics=metrics,
-            ),
-            loop_name,
-        )
-    finally:
-        if server is not None:
-            server.shutdown()
+    recycled = loops.run(
+        run_worker(
+            app,
+            listen,
+            concurrency,
+            burst,
+            supervisor_pid,
+            with_scheduler,
+            prefetch,
+            quiet,
+            metrics=metrics,
+            metrics_at=(metrics_host, metrics_port) if metrics_port is not None else None,
+        ),
+        loop_name,
+    )
     if recycled:  # past max_worker_rss: a supervisor starts a fresh process
         ctx.exit(RECYCLE_EXIT)
 
@@ -246,12 +240,25 @@ async def run_worker(
     prefetch: int | None = None,
     quiet: bool = False,
     metrics: WorkerMetrics | None = None,
+    metrics_at: tuple[str, int] | None = None,
 ) -> bool:
-    """Run one worker until it stops; True when it stopped past ``max_worker_rss``."""
+    """Run one worker until it stops; True when it stopped past ``max_worker_rss``.
+    With ``metrics_at`` (host, port), ``metrics`` are served there by this loop."""
     log_tasks(app)
     log_jobs(app, quiet)
     lag_probe = None
+    server = None
     if metrics is not None:
+        if metrics_at is not None:
+            from conveyor.worker.metrics_http import serve_on_loop
+
+            host, port = metrics_at
+            try:
+                server = await serve_on_loop(metrics.registry, host, port)
+            except OSError as exc:
+                raise CommandFailed(
+                    f"--metrics-port {port}: cannot listen on {host}:{port}: {exc.strerror or exc}"
+                ) from None
         metrics.attach(app.events)
         lag_probe = asyncio.create_task(metrics.watch_loop_lag())
     worker = app.worker(
@@ -273,6 +280,8 @@ async def run_worker(
             watchdog.cancel()
         if lag_probe is not None:
             lag_probe.cancel()
+        if server is not None:
+            server.close()
         await app.close()
     if burst:
         logger.info("burst done: %d job(s) processed", worker.processed)

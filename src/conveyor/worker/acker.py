@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from conveyor.backends.base import Backend, CircuitInfo, Settlement, SettleResult
 from conveyor.errors import BackendError
+from conveyor.events import EventBus
 from conveyor.job import Job
 
 logger = logging.getLogger("conveyor.worker")
@@ -29,8 +31,11 @@ class Acker:
         on_cancelled: Callable[[list[Job]], None],
         on_stored: Callable[[list[tuple[Settlement, Job]], SettleResult], Awaitable[None]]
         | None = None,
+        events: EventBus | None = None,
     ) -> None:
         self._backend = backend
+        #: ``settled`` (round-trip time) goes here; timed only while someone listens.
+        self._events = events
         self._on_refused = on_refused
         self._on_circuit = on_circuit
         self._on_cancelled = on_cancelled
@@ -64,6 +69,10 @@ class Acker:
         delay = 0.05
         while self._pending:
             batch, self._pending = self._pending, []
+            events = (
+                self._events if self._events is not None and self._events.has("settled") else None
+            )
+            sent_at = time.perf_counter() if events is not None else 0.0
             try:
                 result = await self._backend.settle_jobs([s for s, _ in batch])
             except (BackendError, OSError) as exc:
@@ -72,6 +81,8 @@ class Acker:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
+            if events is not None:
+                events.emit("settled", count=len(batch), seconds=time.perf_counter() - sent_at)
             if result.refused:
                 self._on_refused(result.refused)
             if result.circuit_changes:

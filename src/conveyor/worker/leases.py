@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from conveyor.backends.base import Backend
 from conveyor.errors import BackendError
+from conveyor.events import EventBus
 from conveyor.worker.running import Running
 
 logger = logging.getLogger("conveyor.worker")
@@ -30,8 +31,10 @@ class LeaseKeeper:
         held: Sequence[dict[str, Running]],
         lease: float,
         on_cancel_request: Callable[[str], None],
+        events: EventBus | None = None,
     ) -> None:
         self._backend = backend
+        self._events = events
         self._worker_id = worker_id
         #: Running jobs and buffered ones: both hold leases.
         self._held = held
@@ -46,6 +49,8 @@ class LeaseKeeper:
         # and the lease's end there must be room for at least one check.
         self.watch_tick = min(self.tick, (lease - self.trust_for) / 2)
         self._last_renew = time.monotonic()
+        #: Set while a renewal round trip is out: a failure of the upkeep then is its failure.
+        self._renew_started: float | None = None
 
     def _runs(self) -> Iterator[Running]:
         for runs in self._held:
@@ -79,7 +84,23 @@ class LeaseKeeper:
                     await self._poll_cancels()
                     await self._save_progress()
             except (BackendError, OSError) as exc:
+                if self._renew_started is not None:
+                    self._report_renewal(0, 0, exc)
                 logger.warning("lease upkeep failed, will retry: %s", exc)
+
+    def _report_renewal(self, renewed: int, lost: int, error: BaseException | None) -> None:
+        """The ``leases_renewed`` event of the renewal round trip that just ended."""
+        started, self._renew_started = self._renew_started, None
+        events = self._events
+        if events is None or started is None or not events.has("leases_renewed"):
+            return
+        events.emit(
+            "leases_renewed",
+            renewed=renewed,
+            lost=lost,
+            seconds=time.perf_counter() - started,
+            error=error,
+        )
 
     def _distrust_expired(self, now: float) -> None:
         for run in list(self._runs()):
@@ -93,9 +114,11 @@ class LeaseKeeper:
         runs = [r for r in self._runs() if r.stop_reason != "lease_lost"]
         if not runs:
             return
+        self._renew_started = time.perf_counter()
         result = await self._backend.renew_leases(
             self._worker_id, [(r.job.id, r.job.lease_token or "") for r in runs], self._lease
         )
+        self._report_renewal(len(result.renewed), len(result.lost), None)
         self._last_renew = sent_at
         deadline = self.trusted_until(sent_at)
         for run in runs:

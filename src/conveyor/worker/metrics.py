@@ -1,8 +1,10 @@
 """Prometheus metrics of one worker process (``conveyor worker --metrics-port``).
 
 Built from the app's events (``active``, ``completed``, ``failed``,
-``cancelled``) plus an event-loop lag probe, so the worker itself carries no
-metrics code. With ``--processes N`` the supervisor serves one port for all
+``cancelled``; ``claimed``, ``settled`` and ``leases_renewed`` for the store's
+round trips) plus an event-loop lag probe, so the worker itself carries no
+metrics code: without ``--metrics-port`` nobody listens, and the worker only
+checks that once per round trip. With ``--processes N`` the supervisor serves one port for all
 children through prometheus_client's multiprocess mode: it points
 ``PROMETHEUS_MULTIPROC_DIR`` at a fresh temporary directory before starting
 them, each child writes its values there, and the supervisor's collector sums
@@ -32,9 +34,11 @@ if TYPE_CHECKING:
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+#: Store round trips: from a local SQLite file (sub-millisecond) to a remote server.
+ROUND_TRIP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
-def _client() -> Any:
+def client() -> Any:
     try:
         import prometheus_client
     except ImportError:
@@ -48,7 +52,7 @@ class WorkerMetrics:
     """The metrics of the worker(s) in this process, fed by the app's events."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        prom = _client()
+        prom = client()
         self.registry = registry if registry is not None else prom.CollectorRegistry()
         into = {"registry": self.registry}
         self.jobs = prom.Counter(
@@ -77,18 +81,55 @@ class WorkerMetrics:
             multiprocess_mode="livemax",
             **into,
         )
+        self.claim_latency = prom.Histogram(
+            "conveyor_worker_claim_seconds",
+            "Round-trip time of this worker's claims (one per batch of jobs asked for).",
+            buckets=ROUND_TRIP_BUCKETS,
+            **into,
+        )
+        self.settle_latency = prom.Histogram(
+            "conveyor_worker_settle_seconds",
+            "Round-trip time of storing a batch of this worker's outcomes.",
+            buckets=ROUND_TRIP_BUCKETS,
+            **into,
+        )
+        self.lease_renewals = prom.Counter(
+            "conveyor_worker_lease_renewals",
+            "Leases renewed, by result: renewed, or lost (the store no longer "
+            "held the job under this worker's token).",
+            ["result"],
+            **into,
+        )
+        self.lease_renewal_failures = prom.Counter(
+            "conveyor_worker_lease_renewal_failures",
+            "Lease renewal round trips that failed (store error or timeout).",
+            **into,
+        )
         self._running: set[str] = set()
+        #: (task, outcome) -> its counter and histogram children: ``labels()`` takes a
+        #: lock and validates every call, and this runs twice per job.
+        self._by_outcome: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def attach(self, events: EventBus) -> None:
         events.on("active", self._active)
         events.on("completed", self._completed)
         events.on("failed", self._failed)
         events.on("cancelled", self._cancelled)
+        events.on("claimed", self._claimed)
+        events.on("settled", self._settled)
+        events.on("leases_renewed", self._leases_renewed)
 
     def _end(self, job: Job, outcome: str, duration: float | None) -> None:
-        self.jobs.labels(job.task, outcome).inc()
+        key = (job.task, outcome)
+        children = self._by_outcome.get(key)
+        if children is None:
+            children = self._by_outcome[key] = (
+                self.jobs.labels(*key),
+                self.duration.labels(*key),
+            )
+        children[0].inc()
         if duration is not None:
-            self.duration.labels(job.task, outcome).observe(duration)
+            children[1].observe(duration)
         self._running.discard(job.id)
         self.running.set(len(self._running))
 
@@ -108,6 +149,23 @@ class WorkerMetrics:
         if job.id in self._running:  # not a cancel of a waiting job by this process
             self._end(job, "cancelled", None)
 
+    def _claimed(self, event: str, seconds: float, **_: Any) -> None:
+        self.claim_latency.observe(seconds)
+
+    def _settled(self, event: str, seconds: float, **_: Any) -> None:
+        self.settle_latency.observe(seconds)
+
+    def _leases_renewed(
+        self, event: str, renewed: int, lost: int, error: BaseException | None, **_: Any
+    ) -> None:
+        if error is not None:
+            self.lease_renewal_failures.inc()
+            return
+        if renewed:
+            self.lease_renewals.labels("renewed").inc(renewed)
+        if lost:
+            self.lease_renewals.labels("lost").inc(lost)
+
     async def watch_loop_lag(self, every: float = 0.5) -> None:
         """Probe how late the loop runs a timer, until cancelled."""
         loop = asyncio.get_running_loop()
@@ -120,13 +178,13 @@ class WorkerMetrics:
 def serve(port: int, registry: CollectorRegistry, host: str = "0.0.0.0") -> Any:
     """Serve ``registry`` at http://host:port/metrics from a daemon thread; the
     returned server's ``shutdown()`` stops it."""
-    server, _thread = _client().start_http_server(port, addr=host, registry=registry)
+    server, _thread = client().start_http_server(port, addr=host, registry=registry)
     return server
 
 
 def multiprocess_registry(path: str) -> CollectorRegistry:
     """A registry that sums what the children write under ``path``."""
-    _client()
+    client()
     from prometheus_client import CollectorRegistry, multiprocess
 
     registry = CollectorRegistry()

@@ -226,7 +226,12 @@ class Worker:
         reports = SettleReports(runtime.events)
         watch = WorkflowWatch(backend, runtime.events)
         self.acker = Acker(
-            backend, reports.refused, reports.circuits, reports.cancelled, watch.settled
+            backend,
+            reports.refused,
+            reports.circuits,
+            reports.cancelled,
+            watch.settled,
+            events=runtime.events,
         )
         self.leases = LeaseKeeper(
             backend,
@@ -234,6 +239,7 @@ class Worker:
             (self.active, self.buffered),
             self.settings.lease,
             self.request_cancel,
+            events=runtime.events,
         )
         self.stats = StatsReporter(backend, self.settings.stats_flush_interval)
         faults.install(self)  # test-only fault injection; nothing unless asked for
@@ -340,7 +346,12 @@ class Worker:
                 logger.warning("claim failed (retrying in %.2fs): %s", delay, exc)
                 await self._wait_for(asyncio.sleep(delay), None)
                 continue
-            self.prefetcher.after_claim(time.monotonic() - sent_at, len(result.jobs) >= limit)
+            took = time.monotonic() - sent_at
+            self.prefetcher.after_claim(took, len(result.jobs) >= limit)
+            if self.runtime.events.has("claimed"):
+                self.runtime.events.emit(
+                    "claimed", worker_id=self.id, count=len(result.jobs), seconds=took
+                )
             self.take(result, sent_at)
             if self._batcher is not None:
                 self._batcher.claimed(len(result.jobs) >= limit)

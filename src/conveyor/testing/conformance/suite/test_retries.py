@@ -79,6 +79,7 @@ async def test_error_history_keeps_every_field(backend: Backend) -> None:
     info.traceback = "Traceback (most recent call last):\n  ...\nValueError: bad thing"
     info.reason = FailureReason.TIMEOUT.value
     info.at = 1234.5
+    info.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     await settle_ok(backend, job, Outcome.RETRY, error=info, retry_delay=60)
     (stored,) = (await fetch(backend, job.id)).errors
     assert stored.to_dict() == info.to_dict()
