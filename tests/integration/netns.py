@@ -23,8 +23,16 @@ from dataclasses import dataclass
 
 from support.services import missing_service
 
+#: Where system tools live: a minimal PATH (``env -i``, cron) may leave out sbin.
+SYSTEM_PATH = f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
+
+
+def _tool(name: str) -> str:
+    return shutil.which(name, path=SYSTEM_PATH) or name
+
 
 def _run(*argv: str, stdin: str | None = None) -> None:
+    argv = (_tool(argv[0]), *argv[1:])
     done = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise AssertionError(f"{' '.join(argv)} failed: {done.stderr.strip()}")
@@ -40,7 +48,7 @@ class Namespace:
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         """``argv`` run inside the namespace (``ip netns exec`` execs it: same pid)."""
-        return ["ip", "netns", "exec", self.name, *argv]
+        return [_tool("ip"), "netns", "exec", self.name, *argv]
 
     def cut(self) -> None:
         """Drop every packet to and from the namespace (both directions)."""
@@ -62,7 +70,7 @@ def namespace() -> Iterator[Namespace]:
     if os.geteuid() != 0:
         missing_service("network namespaces need root")
     for tool in ("ip", "nft"):
-        if shutil.which(tool, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") is None:
+        if shutil.which(tool, path=SYSTEM_PATH) is None:
             missing_service(f"{tool} is not installed (apt-get install iproute2 nftables)")
     tag = uuid.uuid4().hex[:8]
     rng = random.Random()
@@ -84,7 +92,7 @@ def namespace() -> Iterator[Namespace]:
         _run("ip", "link", "set", inner_if, "netns", space.name)
         _run("ip", "addr", "add", f"{space.host_addr}/30", "dev", space.host_if)
         _run("ip", "link", "set", space.host_if, "up")
-        inside = ["ip", "netns", "exec", space.name]
+        inside = [_tool("ip"), "netns", "exec", space.name]
         _run(*inside, "ip", "addr", "add", f"{space.ns_addr}/30", "dev", inner_if)
         _run(*inside, "ip", "link", "set", inner_if, "up")
         _run(*inside, "ip", "link", "set", "lo", "up")
@@ -95,4 +103,4 @@ def namespace() -> Iterator[Namespace]:
             ("ip", "link", "del", space.host_if),
             ("ip", "netns", "del", space.name),
         ):
-            subprocess.run(argv, capture_output=True, check=False)
+            subprocess.run((_tool(argv[0]), *argv[1:]), capture_output=True, check=False)
