@@ -19,6 +19,7 @@
 | ``worker_started`` / ``worker_stopped`` | worker | ``worker_id`` |
 | ``schedule_fired`` | scheduler, a slot enqueued | ``schedule``, ``job``, ``fire_time``, ... |
 | ``schedule_missed`` | scheduler, slots skipped | ``schedule``, ``missed_from``, ``next_fire`` |
+| ``dispatch`` | RabbitMQ dispatch roles (dispatch/counts.py) | ``kind``, ``outcome``, ``count`` |
 | ``error`` | any role, on an unexpected exception it survived | ``error``, ``where`` |
 
 Callbacks may be sync or async. They run in registration order; one that
@@ -55,6 +56,7 @@ EVENT_NAMES = frozenset(
         "worker_stopped",
         "schedule_fired",
         "schedule_missed",
+        "dispatch",
         "error",
     }
 )

@@ -169,6 +169,10 @@ async def test_a_lost_publish_is_healed_by_the_reconciler(place: Place) -> None:
             assert await place.message_count("default") == 1
         finally:
             await dispatcher.close()
+        # Closing flushed the counts to the store (conveyor serve's /metrics).
+        totals = await store.counts()
+        assert totals["message", "reconciled"] == 1
+        assert totals["message", "confirmed"] == 1
         stored = await app.get_job(job.id)
         assert stored is not None
         assert stored.state is JobState.WAITING

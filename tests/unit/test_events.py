@@ -34,10 +34,11 @@ SPEC_EVENTS = {
 SCHEDULER_EVENTS = {"schedule_fired", "schedule_missed"}
 #: Issue 17's, told by the worker that finishes a workflow.
 WORKFLOW_EVENTS = {"workflow_completed", "workflow_failed"}
+DISPATCH_EVENTS = {"dispatch"}  # RabbitMQ dispatch's counts (dispatch/counts.py)
 
 
 def test_event_names_are_the_specs() -> None:
-    assert set(EVENT_NAMES) == SPEC_EVENTS | SCHEDULER_EVENTS | WORKFLOW_EVENTS
+    assert set(EVENT_NAMES) == SPEC_EVENTS | SCHEDULER_EVENTS | WORKFLOW_EVENTS | DISPATCH_EVENTS
 
 
 @pytest.mark.parametrize("name", ["complete", "COMPLETED", "", "job.completed", "started"])

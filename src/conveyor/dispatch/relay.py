@@ -12,6 +12,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from conveyor.dispatch.counts import DispatchCounts
 from conveyor.dispatch.messages import encode
 from conveyor.dispatch.topology import DispatchOptions, declare_dead_letters, declare_queue
 from conveyor.errors import BackendError
@@ -34,16 +35,28 @@ class Relay:
         connection: AbstractConnection,
         options: DispatchOptions,
         worker_queue_ttl: float,
+        counts: DispatchCounts | None = None,
     ) -> None:
         self.store = store
         self.connection = connection
         self.options = options
         self.worker_queue_ttl = worker_queue_ttl
-        self.published = 0
-        self.failed = 0
+        self.counts = counts if counts is not None else DispatchCounts()
         self._channel: AbstractChannel | None = None
         self._declared: set[str] = set()
         self._wake = asyncio.Event()
+
+    @property
+    def published(self) -> int:
+        """Messages the broker confirmed."""
+        return self.counts.total("message", "confirmed")
+
+    @property
+    def failed(self) -> int:
+        """Messages given back: returned unroutable, nacked or never confirmed."""
+        return self.counts.total("message", "returned") + self.counts.total(
+            "message", "unconfirmed"
+        )
 
     def wake(self) -> None:
         """Take again now (the reconciler undispatched jobs)."""
@@ -62,18 +75,22 @@ class Relay:
 
     async def run_once(self) -> int:
         """Publish one batch; returns how many jobs were taken."""
+        from aiormq.exceptions import PublishError
+
         channel = await self._open()
         await self.store.ensure_index()
         items = await self.store.take(self.options.relay_batch)
         if not items:
             return 0
         unsent: list[Dispatchable] = []
+        returned = 0
         try:
             for queue in sorted({item.queue for item in items} - self._declared):
                 await declare_queue(channel, self.options, queue, self.worker_queue_ttl)
                 self._declared.add(queue)
             now = time.time()
             exchange = channel.default_exchange
+            self.counts.add("message", "published", len(items))
             results = await asyncio.gather(
                 *(
                     exchange.publish(
@@ -84,13 +101,15 @@ class Relay:
                 return_exceptions=True,
             )
             unsent = [i for i, r in zip(items, results, strict=True) if isinstance(r, Exception)]
+            returned = sum(isinstance(r, PublishError) for r in results)
         except BaseException:
             unsent = items
             raise
         finally:
-            self.published += len(items) - len(unsent)
+            self.counts.add("message", "confirmed", len(items) - len(unsent))
+            self.counts.add("message", "returned", returned)
+            self.counts.add("message", "unconfirmed", len(unsent) - returned)
             if unsent:
-                self.failed += len(unsent)
                 # A queue may be gone (deleted, or a broker without it): declare again.
                 self._declared.clear()
                 await self._give_back(unsent)

@@ -1,12 +1,13 @@
 """Prometheus metrics of one worker process (``conveyor worker --metrics-port``).
 
 Built from the app's events (``active``, ``completed``, ``failed``,
-``cancelled``) plus an event-loop lag probe, so the worker itself carries no
-metrics code. With ``--processes N`` the supervisor serves one port for all
-children through prometheus_client's multiprocess mode: it points
-``PROMETHEUS_MULTIPROC_DIR`` at a fresh temporary directory before starting
-them, each child writes its values there, and the supervisor's collector sums
-them on every scrape (gauges count live children only).
+``cancelled``, and ``dispatch`` with RabbitMQ dispatch) plus an event-loop lag
+probe, so the worker itself carries no metrics code. With ``--processes N``
+the supervisor serves one port for all children through prometheus_client's
+multiprocess mode: it points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh temporary
+directory before starting them, each child writes its values there, and the
+supervisor's collector sums them on every scrape (gauges count live children
+only).
 
 The store-wide view (queue depths, ages, totals of every worker) stays on
 ``conveyor serve``'s ``/metrics``.
@@ -77,6 +78,18 @@ class WorkerMetrics:
             multiprocess_mode="livemax",
             **into,
         )
+        self.dispatch = {
+            kind: prom.Counter(
+                f"conveyor_worker_dispatch_{name}",
+                f"RabbitMQ dispatch {what} of this worker process, by outcome.",
+                ["outcome"],
+                **into,
+            )
+            for kind, name, what in (
+                ("message", "messages", "messages"),
+                ("dead_letter", "dead_letters", "broker dead letters handled"),
+            )
+        }
         self._running: set[str] = set()
 
     def attach(self, events: EventBus) -> None:
@@ -84,6 +97,7 @@ class WorkerMetrics:
         events.on("completed", self._completed)
         events.on("failed", self._failed)
         events.on("cancelled", self._cancelled)
+        events.on("dispatch", self._dispatch)
 
     def _end(self, job: Job, outcome: str, duration: float | None) -> None:
         self.jobs.labels(job.task, outcome).inc()
@@ -107,6 +121,9 @@ class WorkerMetrics:
     def _cancelled(self, event: str, job: Job, **_: Any) -> None:
         if job.id in self._running:  # not a cancel of a waiting job by this process
             self._end(job, "cancelled", None)
+
+    def _dispatch(self, event: str, kind: str, outcome: str, count: int, **_: Any) -> None:
+        self.dispatch[kind].labels(outcome).inc(count)
 
     async def watch_loop_lag(self, every: float = 0.5) -> None:
         """Probe how late the loop runs a timer, until cancelled."""

@@ -1,13 +1,15 @@
 """The SQL side of RabbitMQ dispatch (conveyor.dispatch): what the relay takes
 and marks, what the reconciler undispatches, what a broker dead letter fails.
-Statements in dispatch.sql; none of them is on the enqueue/claim path."""
+Statements in dispatch.sql; none of them is on the enqueue/claim path. The
+running totals of what the dispatch roles did live in their own table,
+``dispatch_counts``, made on first use."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import LiteralString
 
@@ -39,6 +41,10 @@ class DispatchQueries:
     reconcile: LiteralString
     expire: LiteralString
     lag: LiteralString
+    ensure_counts: LiteralString
+    add_counts: LiteralString
+    has_counts: LiteralString
+    counts: LiteralString
 
 
 _BLOCKS = parse_named_blocks(
@@ -58,6 +64,7 @@ class DispatchStore:
         self.pool = pool
         self.q = dispatch_queries(schema, channel)
         self._indexed = False
+        self._counting = False
 
     async def ensure_index(self) -> None:
         """The relay's partial index, built once without blocking writers."""
@@ -91,3 +98,32 @@ class DispatchStore:
 
     async def lag(self) -> float:
         return float(await self.pool.fetchval("dispatch lag", self.q.lag))
+
+    async def add_counts(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Add ``counts`` ((kind, outcome) -> n) to the store's running totals."""
+        if not counts:
+            return
+        if not self._counting:
+            try:
+                await self.pool.execute("dispatch counts table", self.q.ensure_counts)
+            except BackendError as exc:
+                # Another process made it at the same moment (a unique violation
+                # on the catalog): the table is there either way.
+                logger.debug("dispatch counts table: %s", exc)
+            self._counting = True
+        kinds, outcomes = zip(*counts, strict=True)
+        await self.pool.execute(
+            "dispatch add counts",
+            self.q.add_counts,
+            list(kinds),
+            list(outcomes),
+            list(counts.values()),
+        )
+
+    async def counts(self) -> dict[tuple[str, str], int]:
+        """Every process's running totals, (kind, outcome) -> n (empty before
+        the first count)."""
+        if not await self.pool.fetchval("dispatch has counts", self.q.has_counts):
+            return {}
+        rows = await self.pool.fetch("dispatch counts", self.q.counts)
+        return {(r[0], r[1]): int(r[2]) for r in rows}

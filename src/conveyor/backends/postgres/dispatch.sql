@@ -74,3 +74,28 @@ FROM __schema__.jobs AS j
 WHERE j.state IN ('waiting', 'delayed')
   AND (j.dispatched_at IS NULL OR j.dispatched_at < j.run_at)
   AND j.run_at <= extract(epoch FROM clock_timestamp())::float8;
+
+-- name: ensure_counts
+-- What every process's dispatch roles did, as running totals (conveyor serve's
+-- /metrics). The dispatch layer's own table, made by the first process that
+-- counts: a store that never dispatches never has it.
+CREATE TABLE IF NOT EXISTS __schema__.dispatch_counts (
+    kind text NOT NULL,
+    outcome text NOT NULL,
+    total bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (kind, outcome)
+);
+
+-- name: add_counts
+-- Add $3 to the totals of ($1, $2) pairs, one row each (a process flushes about
+-- once a second, so many processes do not contend on these rows).
+INSERT INTO __schema__.dispatch_counts AS c (kind, outcome, total)
+SELECT u.kind, u.outcome, u.n
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(kind, outcome, n)
+ON CONFLICT (kind, outcome) DO UPDATE SET total = c.total + excluded.total;
+
+-- name: has_counts
+SELECT to_regclass('__schema__.dispatch_counts') IS NOT NULL;
+
+-- name: counts
+SELECT c.kind, c.outcome, c.total FROM __schema__.dispatch_counts AS c;
