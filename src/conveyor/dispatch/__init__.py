@@ -100,12 +100,13 @@ class Dispatcher:
         self.consumer: WorkerConsumer | None = None
         self.counts = DispatchCounts(events)
         self._stopping = asyncio.Event()
+        self._starting: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
         """Connect (retrying in the background while the broker is down) and
         start the roles; returns at once."""
-        self._tasks.append(asyncio.create_task(self._start_roles(), name="dispatch start"))
+        self._starting = asyncio.create_task(self._start_roles(), name="dispatch start")
         self.spawn(self.counts.run(self.store), "dispatch counts")
 
     async def _start_roles(self) -> None:
@@ -116,8 +117,8 @@ class Dispatcher:
         from conveyor.dispatch.topology import declare_dead_letters
 
         self.connection = await broker.connect(self.options.url, self._stopping)
-        if self.connection is None:
-            return
+        if self.connection is None or self._stopping.is_set():
+            return  # close() closes a connection that came too late
         if "relay" in self.roles:
             self.relay = Relay(
                 self.store, self.connection, self.options, self.worker_queue_ttl, self.counts
@@ -130,11 +131,12 @@ class Dispatcher:
             )
             self.spawn(self.reconciler.run(), "dispatch reconciler")
         if "dead_letters" in self.roles:
-            self.dead_letters = DeadLetterHandler(self.store, self.events, self.counts)
+            handler = DeadLetterHandler(self.store, self.events, self.counts)
             channel = await self.connection.channel()
             await channel.set_qos(prefetch_count=50)
             _, queue = await declare_dead_letters(channel, self.options)
-            await queue.consume(self.dead_letters.handle)
+            await queue.consume(handler.handle)
+            self.dead_letters = handler  # once it consumes
 
     def spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
@@ -157,6 +159,17 @@ class Dispatcher:
 
     async def close(self) -> None:
         self._stopping.set()
+        if self._starting is not None:
+            # A connection attempt under way ends by itself (connected, refused
+            # or timed out): cancelled halfway, the client leaves a connection
+            # nobody closes.
+            from conveyor.dispatch.broker import CONNECT_TIMEOUT
+
+            await asyncio.wait({self._starting}, timeout=CONNECT_TIMEOUT + 1.0)
+            self._starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._starting
+            self._starting = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

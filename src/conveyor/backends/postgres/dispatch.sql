@@ -51,8 +51,9 @@ RETURNING j.id;
 -- name: expire
 -- The broker dead-lettered the message of job $1 published at $2: the job
 -- fails 'expired' with error message $3, only if that publish is still its
--- current dispatch and it is still due and unclaimed (fenced: running,
--- terminal or re-dispatched jobs are untouched).
+-- current dispatch, it is still waiting or delayed and no claim took it since
+-- (started_at is set by every claim and never cleared): running, terminal,
+-- re-dispatched jobs and jobs claimed then released or retried are untouched.
 WITH t AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)
 UPDATE __schema__.jobs AS j SET
     state = 'failed',
@@ -65,6 +66,7 @@ UPDATE __schema__.jobs AS j SET
 FROM t
 WHERE j.id = $1::text AND j.dispatched_at = $2::float8
   AND j.state IN ('waiting', 'delayed')
+  AND (j.started_at IS NULL OR j.started_at < j.dispatched_at)
 RETURNING j.*;
 
 -- name: lag
