@@ -2,7 +2,11 @@
 confirms. A batch is marked dispatched in the store first (one statement,
 SKIP LOCKED: many relays are safe), then published; what the broker did not
 confirm is marked undispatched again. A relay that dies between the two leaves
-jobs the reconciler republishes."""
+jobs the reconciler republishes.
+
+Idle, it sleeps until the store's NOTIFY says new work was committed (its own
+LISTEN connection), or the next undispatched job comes due, or ``BACKSTOP``
+at most; while that LISTEN is down it looks every ``IDLE_WAIT``."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import asyncpg
+
 from conveyor.dispatch.counts import DispatchCounts
 from conveyor.dispatch.messages import encode
 from conveyor.dispatch.topology import DispatchOptions, declare_dead_letters, declare_queue
@@ -20,12 +26,16 @@ from conveyor.errors import BackendError
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractChannel, AbstractConnection
 
-    from conveyor.backends.postgres.dispatch import Dispatchable, DispatchStore
+    from conveyor.backends.postgres.dispatch import Dispatchable, DispatchStore, RelayWakeups
 
 logger = logging.getLogger("conveyor.dispatch")
 
-#: Idle wait between takes when nothing was due (the relay's share of latency).
+#: Idle wait between takes without a live LISTEN (the relay's share of latency).
 IDLE_WAIT = 0.02
+#: Longest idle wait with a live LISTEN (a wake-up that never came).
+BACKSTOP = 1.0
+#: Between attempts to start the LISTEN after one failed.
+LISTEN_RETRY = 5.0
 
 
 class Relay:
@@ -45,6 +55,8 @@ class Relay:
         self._channel: AbstractChannel | None = None
         self._declared: set[str] = set()
         self._wake = asyncio.Event()
+        self._wakeups: RelayWakeups | None = None
+        self._listen_failed_at: float | None = None
 
     @property
     def published(self) -> int:
@@ -122,10 +134,56 @@ class Relay:
             # The reconciler republishes them after reconcile_after.
             logger.warning("could not mark %d unpublished jobs undispatched: %s", len(items), exc)
 
+    async def _listen(self) -> None:
+        """Start the LISTEN; the relay polls every IDLE_WAIT while it is down."""
+        if self._wakeups is not None:
+            return
+        failed_at = self._listen_failed_at
+        if failed_at is not None and time.monotonic() - failed_at < LISTEN_RETRY:
+            return
+        wakeups = self.store.wakeups(self.wake)
+        try:
+            await wakeups.start()
+        except (
+            OSError,
+            BackendError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            TimeoutError,
+        ) as exc:
+            logger.warning("relay: no LISTEN on the store (polling): %s", exc)
+            self._listen_failed_at = time.monotonic()
+            await wakeups.shutdown()
+            return
+        self._wakeups = wakeups
+
+    async def _idle_wait(self) -> float:
+        """How long to sleep when nothing was left to take."""
+        if self._wakeups is None or not self._wakeups.connected:
+            return IDLE_WAIT
+        try:
+            due = await self.store.next_due()
+        except (BackendError, OSError):
+            return IDLE_WAIT
+        if due is None:
+            return BACKSTOP
+        return min(BACKSTOP, max(IDLE_WAIT, due - time.time()))
+
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            if self._wakeups is not None:
+                await self._wakeups.shutdown()
+                self._wakeups = None
+
+    async def _run(self) -> None:
         failures = 0
         while True:
             try:
+                await self._listen()
+                # Cleared before the take: a NOTIFY during it means take again.
+                self._wake.clear()
                 taken = await self.run_once()
                 failures = 0
             except asyncio.CancelledError:
@@ -138,6 +196,6 @@ class Relay:
                 continue
             if taken >= self.options.relay_batch:
                 continue
-            self._wake.clear()
+            wait = await self._idle_wait()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), IDLE_WAIT)
+                await asyncio.wait_for(self._wake.wait(), wait)

@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("conveyor.worker")
 #: With RabbitMQ dispatch, how long a burst's claims must come back empty.
-DISPATCH_GRACE = 0.25
+DISPATCH_GRACE = 0.05
 
 
 def default_worker_id() -> str:

@@ -1,6 +1,7 @@
 """The SQL side of RabbitMQ dispatch (conveyor.dispatch): what the relay takes
 and marks, what the reconciler undispatches, what a broker dead letter fails.
 Statements in dispatch.sql; none of them is on the enqueue/claim path. The
+relay wakes on the store's own NOTIFY (:class:`RelayWakeups`). The
 running totals of what the dispatch roles did live in their own table,
 ``dispatch_counts``, made on first use."""
 
@@ -9,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import LiteralString
 
 from conveyor.backends.namedsql import parse_named_blocks
 from conveyor.backends.postgres.connection import Pool
 from conveyor.backends.postgres.decode import job_from_row
+from conveyor.backends.postgres.notify import Listener
 from conveyor.backends.postgres.queries import substitute
 from conveyor.errors import BackendError
 from conveyor.job import Job
@@ -45,6 +47,7 @@ class DispatchQueries:
     add_counts: LiteralString
     has_counts: LiteralString
     counts: LiteralString
+    next_due: LiteralString
 
 
 _BLOCKS = parse_named_blocks(
@@ -55,6 +58,26 @@ _BLOCKS = parse_named_blocks(
 @functools.cache
 def dispatch_queries(schema: str, channel: str) -> DispatchQueries:
     return DispatchQueries(**{k: substitute(v, schema, channel) for k, v in _BLOCKS.items()})
+
+
+class RelayWakeups(Listener):
+    """The store's NOTIFY on new work (sent at each commit that makes work
+    available: enqueue, retry, release, resume), for any queue, on a LISTEN
+    connection of the relay's own: calls ``on_wake``. The store's Listener
+    reconnects by itself and wakes on reconnection (notifications may have
+    been missed)."""
+
+    def __init__(
+        self, dsn: str, channel: str, connect_timeout: float, on_wake: Callable[[], None]
+    ) -> None:
+        super().__init__(dsn, channel, connect_timeout)
+        self.on_wake = on_wake
+
+    def notify(self, queues: Iterable[str]) -> None:
+        self.on_wake()
+
+    def notify_all(self) -> None:
+        self.on_wake()
 
 
 class DispatchStore:
@@ -127,3 +150,13 @@ class DispatchStore:
             return {}
         rows = await self.pool.fetch("dispatch counts", self.q.counts)
         return {(r[0], r[1]): int(r[2]) for r in rows}
+
+    async def next_due(self) -> float | None:
+        """When the next undispatched job comes due (None: none waits)."""
+        due = await self.pool.fetchval("dispatch next due", self.q.next_due)
+        return float(due) if due is not None else None
+
+    def wakeups(self, on_wake: Callable[[], None]) -> RelayWakeups:
+        """A LISTEN on the store's work channel for the relay (not started)."""
+        options = self.pool.options
+        return RelayWakeups(options.dsn, options.channel, options.connect_timeout, on_wake)

@@ -101,3 +101,11 @@ SELECT to_regclass('__schema__.dispatch_counts') IS NOT NULL;
 
 -- name: counts
 SELECT c.kind, c.outcome, c.total FROM __schema__.dispatch_counts AS c;
+
+-- name: next_due
+-- When the next undispatched job comes due (NULL: none), from the relay's
+-- partial index: the relay sleeps until then unless a NOTIFY wakes it.
+SELECT min(j.run_at)
+FROM __schema__.jobs AS j
+WHERE j.state IN ('waiting', 'delayed')
+  AND (j.dispatched_at IS NULL OR j.dispatched_at < j.run_at);
