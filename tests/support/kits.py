@@ -54,6 +54,9 @@ class UrlKit(BackendKit):
         """Settings an app on this kit's store needs besides its URL."""
         return {}
 
+    def attach(self, app: Any) -> None:
+        """Called with each app built on this kit's store (the worker suite's)."""
+
 
 class MemoryKit(UrlKit):
     name = "memory"
@@ -197,6 +200,7 @@ class PostgresRabbitKit(PostgresKit):
         self.amqp = service_url("CONVEYOR_TEST_AMQP_URL", "RabbitMQ server")
         self.prefix = broker_prefix()
         self.opened: list[Backend] = []
+        self.worker_queues: set[str] = set()
 
     def dispatch_url(self) -> str:
         sep = "&" if "?" in self.amqp else "?"
@@ -215,10 +219,18 @@ class PostgresRabbitKit(PostgresKit):
     def app_settings(self) -> dict[str, Any]:
         return {"dispatch": self.dispatch_url()}
 
+    def attach(self, app: Any) -> None:
+        # A worker's own queue is made on the broker when it starts; the store
+        # forgets the worker when it stops, so it is noted here for cleanup.
+        def started(event: str, worker_id: str, **_: Any) -> None:
+            self.worker_queues.add(f"worker.{worker_id}")
+
+        app.on("worker_started", started)
+
     async def cleanup(self) -> None:
         from support.dispatched import DispatchedPostgres, delete_broker_names
 
-        queues = {"default"}
+        queues = {"default", *self.worker_queues}
         for backend in self.opened:
             if isinstance(backend, DispatchedPostgres):
                 queues |= backend.broker_queues

@@ -70,8 +70,9 @@ def store_of(backend: Backend) -> DispatchStore:
 
 
 class Dispatcher:
-    """One process's dispatch roles on one robust broker connection: the relay,
-    the reconciler, the dead-letter handler and, in a worker, its consumer.
+    """One process's dispatch roles on robust broker connections (the relay's
+    own, one for the others): the relay, the reconciler, the dead-letter
+    handler and, in a worker, its consumer.
     What they do is counted in ``counts`` (``dispatch`` events on ``events``),
     and flushed to the store's totals while they run and once at close.
 
@@ -94,6 +95,9 @@ class Dispatcher:
         self.events = events
         self.roles = tuple(roles)
         self.connection: AbstractRobustConnection | None = None
+        #: The relay's own: a broker alarm blocks the connections that publish,
+        #: and must not hold up the consumer's acknowledgements.
+        self.publisher: AbstractRobustConnection | None = None
         self.relay: Relay | None = None
         self.reconciler: Reconciler | None = None
         self.dead_letters: DeadLetterHandler | None = None
@@ -120,8 +124,11 @@ class Dispatcher:
         if self.connection is None or self._stopping.is_set():
             return  # close() closes a connection that came too late
         if "relay" in self.roles:
+            self.publisher = await broker.connect(self.options.url, self._stopping)
+            if self.publisher is None or self._stopping.is_set():
+                return
             self.relay = Relay(
-                self.store, self.connection, self.options, self.worker_queue_ttl, self.counts
+                self.store, self.publisher, self.options, self.worker_queue_ttl, self.counts
             )
             self.spawn(self.relay.run(), "dispatch relay")
         if "reconciler" in self.roles:
@@ -179,10 +186,11 @@ class Dispatcher:
         if self.consumer is not None:
             with contextlib.suppress(Exception):
                 await self.consumer.close()
-        if self.connection is not None:
-            with contextlib.suppress(Exception):
-                await self.connection.close()
-            self.connection = None
+        for connection in (self.publisher, self.connection):
+            if connection is not None:
+                with contextlib.suppress(Exception):
+                    await connection.close()
+        self.connection = self.publisher = None
         try:
             await self.counts.flush(self.store)
         except (BackendError, OSError) as exc:
