@@ -22,6 +22,7 @@
 | ``leases_renewed`` | worker, per renewal | ``renewed``, ``lost``, ``seconds``, ``error`` |
 | ``schedule_fired`` | scheduler, a slot enqueued | ``schedule``, ``job``, ``fire_time``, ... |
 | ``schedule_missed`` | scheduler, slots skipped | ``schedule``, ``missed_from``, ``next_fire`` |
+| ``dispatch`` | RabbitMQ dispatch roles (dispatch/counts.py) | ``kind``, ``outcome``, ``count`` |
 | ``error`` | any role, on an unexpected exception it survived | ``error``, ``where`` |
 
 Callbacks may be sync or async. They run in registration order; one that
@@ -61,6 +62,7 @@ EVENT_NAMES = frozenset(
         "leases_renewed",
         "schedule_fired",
         "schedule_missed",
+        "dispatch",
         "error",
     }
 )

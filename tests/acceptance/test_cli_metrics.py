@@ -3,13 +3,14 @@ process and ``--processes 2`` behind one port."""
 
 from __future__ import annotations
 
-import re
 import signal
 import socket
 from pathlib import Path
 
 import httpx
 import pytest
+
+from support.metrics import sample
 
 from .conftest import APP, Cli, wait_until
 
@@ -30,18 +31,6 @@ def scrape(port: int) -> str:
         return ""
     assert response.status_code == 200
     return response.text
-
-
-def sample(text: str, name: str, **labels: str) -> float | None:
-    """The value of one sample (labels in any order), or None."""
-    for line in text.splitlines():
-        match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
-        if match is None:
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
-        if found == labels:
-            return float(match.group(2))
-    return None
 
 
 def test_one_worker_serves_its_job_counts_durations_and_loop_lag(cli: Cli, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from worker_fixtures import running
 
 from conveyor import Conveyor
 from conveyor.dispatch import Dispatcher
+from conveyor.dispatch import relay as relay_module
 from conveyor.job import JobState
 
 __all__ = ["amqp_url", "place"]  # fixtures
@@ -169,6 +170,10 @@ async def test_a_lost_publish_is_healed_by_the_reconciler(place: Place) -> None:
             assert await place.message_count("default") == 1
         finally:
             await dispatcher.close()
+        # Closing flushed the counts to the store (conveyor serve's /metrics).
+        totals = await store.counts()
+        assert totals["message", "reconciled"] == 1
+        assert totals["message", "confirmed"] == 1
         stored = await app.get_job(job.id)
         assert stored is not None
         assert stored.state is JobState.WAITING
@@ -252,3 +257,40 @@ async def crash_holding(where: Place, queue: str, times: int) -> int:
                 break
             taken += 1
     return taken
+
+
+async def test_an_idle_relay_wakes_on_the_stores_notify_and_when_a_job_comes_due(
+    place: Place, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No backstop within the test: only the NOTIFY of an enqueue, or the next
+    # due time the relay read, can wake it.
+    monkeypatch.setattr(relay_module, "BACKSTOP", 600.0)
+    app = make_app(place)
+    place.queues.add("default")
+    try:
+        backend = await app.runtime.connect()
+        relay = Dispatcher(place.dispatch(), backend, worker_queue_ttl=1.0, roles=("relay",))
+        takes = 0
+        take = relay.store.take
+
+        async def counted(limit: int) -> list[Any]:
+            nonlocal takes
+            takes += 1
+            return await take(limit)
+
+        relay.store.take = counted  # type: ignore[method-assign]
+        await relay.start()
+        try:
+            await app.enqueue("work")
+            await wait_until(lambda: _published(relay, 1), 10)
+            idle_from = takes
+            await asyncio.sleep(1.0)
+            assert takes - idle_from <= 2, "the idle relay kept polling"
+            await app.enqueue("work")  # its NOTIFY wakes the relay
+            await wait_until(lambda: _published(relay, 2), 10)
+            await app.enqueue("work", delay=0.5)  # due later: no NOTIFY then
+            await wait_until(lambda: _published(relay, 3), 10)
+        finally:
+            await relay.close()
+    finally:
+        await app.close()

@@ -223,5 +223,9 @@ async def test_the_relay_declares_a_deleted_queue_again_and_loses_no_message(
             assert await queue_depth(place, "default") == 1
         finally:
             await relay.close()
+        totals = await backend.dispatch_store().counts()  # type: ignore[attr-defined]
+        assert totals["message", "returned"] >= 1
+        assert totals.get(("message", "unconfirmed"), 0) == 0
+        assert totals["message", "confirmed"] == 2
     finally:
         await app.close()

@@ -56,7 +56,8 @@ class Stack:
 
     def app(self, **overrides: Any) -> Conveyor:
         """A new app on this test's store, with :data:`FAST` settings."""
-        app = Conveyor(self.url, **{**FAST, **overrides})
+        app = Conveyor(self.url, **{**FAST, **self.kit.app_settings(), **overrides})
+        self.kit.attach(app)
         self.apps.append(app)
         return app
 

@@ -5,10 +5,12 @@ from here, so a new backend plugs in at one place: subclass :class:`UrlKit` (a
 :class:`conveyor.testing.conformance.BackendKit` reached by URL) and add it to
 :data:`KITS`.
 
-Select backends with ``CONVEYOR_TEST_BACKENDS`` (comma list; default: every
-kit). A kit that needs a server (PostgreSQL, Redis) reads its URL from the
-environment ``scripts/test.sh`` exports; without it the test is skipped on a
-developer's machine and fails under CI (see ``support/services.py``).
+Select backends with ``CONVEYOR_TEST_BACKENDS`` (comma list; default: the four
+stores, :data:`DEFAULT_BACKENDS`; ``postgres+rabbitmq`` is PostgreSQL with
+RabbitMQ dispatch running beside it, see ``support/dispatched.py``). A kit
+that needs a server (PostgreSQL, Redis) reads its URL from the environment
+``scripts/test.sh`` exports; without it the test is skipped on a developer's
+machine and fails under CI (see ``support/services.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,13 @@ class UrlKit(BackendKit):
 
     def shared_backend(self) -> Backend:
         return backend_from_url(self.shared_url())
+
+    def app_settings(self) -> dict[str, Any]:
+        """Settings an app on this kit's store needs besides its URL."""
+        return {}
+
+    def attach(self, app: Any) -> None:
+        """Called with each app built on this kit's store (the worker suite's)."""
 
 
 class MemoryKit(UrlKit):
@@ -178,14 +187,86 @@ class PostgresKit(UrlKit):
             await conn.close()
 
 
+class PostgresRabbitKit(PostgresKit):
+    """PostgreSQL with RabbitMQ dispatch running beside it (support/dispatched.py):
+    each test in its own schema and broker name prefix, both removed afterwards."""
+
+    name = "postgres+rabbitmq"
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path)
+        from support.dispatched import broker_prefix
+
+        self.amqp = service_url("CONVEYOR_TEST_AMQP_URL", "RabbitMQ server")
+        self.prefix = broker_prefix()
+        self.opened: list[Backend] = []
+        self.worker_queues: set[str] = set()
+
+    def dispatch_url(self) -> str:
+        sep = "&" if "?" in self.amqp else "?"
+        return f"{self.amqp}{sep}prefix={self.prefix}"
+
+    def backend(self) -> Backend:
+        from support.dispatched import DispatchedPostgres
+
+        backend = DispatchedPostgres(self.url(), self.dispatch_url())
+        self.opened.append(backend)
+        return backend
+
+    def shared_backend(self) -> Backend:
+        return self.backend()
+
+    def app_settings(self) -> dict[str, Any]:
+        return {"dispatch": self.dispatch_url()}
+
+    def attach(self, app: Any) -> None:
+        # A worker's own queue is made on the broker when it starts; the store
+        # forgets the worker when it stops, so it is noted here for cleanup.
+        def started(event: str, worker_id: str, **_: Any) -> None:
+            self.worker_queues.add(f"worker.{worker_id}")
+
+        app.on("worker_started", started)
+
+    async def cleanup(self) -> None:
+        from support.dispatched import DispatchedPostgres, delete_broker_names
+
+        queues = {"default", *self.worker_queues}
+        for backend in self.opened:
+            if isinstance(backend, DispatchedPostgres):
+                queues |= backend.broker_queues
+        queues |= await self._stored_queue_names()
+        try:
+            await delete_broker_names(self.amqp, self.prefix, sorted(queues))
+        finally:
+            await super().cleanup()
+
+    async def _stored_queue_names(self) -> set[str]:
+        """Queues and worker queues the store knows of (an app's workers)."""
+        import asyncpg
+
+        conn = await asyncpg.connect(self.server)
+        try:
+            exists = await conn.fetchval("SELECT to_regclass($1)", f'"{self.schema}".jobs')
+            if exists is None:
+                return set()
+            rows = await conn.fetch(f'SELECT DISTINCT queue FROM "{self.schema}".jobs')
+            workers = await conn.fetch(f'SELECT id FROM "{self.schema}".workers')
+        finally:
+            await conn.close()
+        return {r[0] for r in rows} | {f"worker.{r[0]}" for r in workers}
+
+
 KITS: dict[str, type[UrlKit]] = {
-    kit.name: kit for kit in (MemoryKit, SQLiteKit, RedisKit, PostgresKit)
+    kit.name: kit for kit in (MemoryKit, SQLiteKit, RedisKit, PostgresKit, PostgresRabbitKit)
 }
+#: The four stores; ``postgres+rabbitmq`` is chosen by name (the shared suites'
+#: own modules run it: tests/conformance/test_conformance_dispatch.py).
+DEFAULT_BACKENDS = ("memory", "sqlite", "redis", "postgres")
 
 
 def selected_backends() -> list[str]:
-    """Names from ``CONVEYOR_TEST_BACKENDS``, or every kit."""
-    raw = os.environ.get("CONVEYOR_TEST_BACKENDS", ",".join(KITS))
+    """Names from ``CONVEYOR_TEST_BACKENDS``, or the four stores."""
+    raw = os.environ.get("CONVEYOR_TEST_BACKENDS", ",".join(DEFAULT_BACKENDS))
     names = [name.strip() for name in raw.split(",") if name.strip()]
     unknown = [name for name in names if name not in KITS]
     if unknown or not names:
@@ -195,6 +276,6 @@ def selected_backends() -> list[str]:
     return names
 
 
-def backend_params() -> list[object]:
-    """One ``pytest.param`` per selected backend (never skipped)."""
-    return [pytest.param(name, id=name) for name in selected_backends()]
+def backend_params(exclude: tuple[str, ...] = ()) -> list[object]:
+    """One ``pytest.param`` per selected backend but ``exclude`` (never skipped)."""
+    return [pytest.param(name, id=name) for name in selected_backends() if name not in exclude]

@@ -36,11 +36,12 @@ SCHEDULER_EVENTS = {"schedule_fired", "schedule_missed"}
 WORKFLOW_EVENTS = {"workflow_completed", "workflow_failed"}
 #: The worker's store round trips, timed (``--metrics-port`` reads them).
 ROUND_TRIP_EVENTS = {"claimed", "settled", "leases_renewed"}
+DISPATCH_EVENTS = {"dispatch"}  # RabbitMQ dispatch's counts (dispatch/counts.py)
 
 
 def test_event_names_are_the_specs() -> None:
     assert set(EVENT_NAMES) == (
-        SPEC_EVENTS | SCHEDULER_EVENTS | WORKFLOW_EVENTS | ROUND_TRIP_EVENTS
+        SPEC_EVENTS | SCHEDULER_EVENTS | WORKFLOW_EVENTS | ROUND_TRIP_EVENTS | DISPATCH_EVENTS
     )
 
 

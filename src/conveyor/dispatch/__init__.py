@@ -7,6 +7,7 @@ aio-pika is imported on first use, with an install hint when it is missing.
 - consumer.py: a worker's deliveries wake its store claim, then are acknowledged
 - deadletters.py: the broker's dead letters fail their jobs ``expired`` (fenced)
 - reconciler.py: republishes due jobs whose message went missing
+- counts.py: what the roles did, as ``dispatch`` events and the store's totals
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from conveyor.dispatch.counts import DispatchCounts
 from conveyor.dispatch.topology import DispatchOptions, parse_dispatch_url
-from conveyor.errors import ConfigurationError, MissingDependency
+from conveyor.errors import BackendError, ConfigurationError, MissingDependency
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractRobustConnection
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from conveyor.events import EventBus
 
 __all__ = [
+    "DispatchCounts",
     "DispatchOptions",
     "Dispatcher",
     "parse_dispatch_url",
@@ -67,8 +70,11 @@ def store_of(backend: Backend) -> DispatchStore:
 
 
 class Dispatcher:
-    """One process's dispatch roles on one robust broker connection: the relay,
-    the reconciler, the dead-letter handler and, in a worker, its consumer.
+    """One process's dispatch roles on robust broker connections (the relay's
+    own, one for the others): the relay, the reconciler, the dead-letter
+    handler and, in a worker, its consumer.
+    What they do is counted in ``counts`` (``dispatch`` events on ``events``),
+    and flushed to the store's totals while they run and once at close.
 
     ``roles`` picks the background roles ("relay", "reconciler", "dead_letters").
     """
@@ -89,17 +95,23 @@ class Dispatcher:
         self.events = events
         self.roles = tuple(roles)
         self.connection: AbstractRobustConnection | None = None
+        #: The relay's own: a broker alarm blocks the connections that publish,
+        #: and must not hold up the consumer's acknowledgements.
+        self.publisher: AbstractRobustConnection | None = None
         self.relay: Relay | None = None
         self.reconciler: Reconciler | None = None
         self.dead_letters: DeadLetterHandler | None = None
         self.consumer: WorkerConsumer | None = None
+        self.counts = DispatchCounts(events)
         self._stopping = asyncio.Event()
+        self._starting: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
         """Connect (retrying in the background while the broker is down) and
         start the roles; returns at once."""
-        self._tasks.append(asyncio.create_task(self._start_roles(), name="dispatch start"))
+        self._starting = asyncio.create_task(self._start_roles(), name="dispatch start")
+        self.spawn(self.counts.run(self.store), "dispatch counts")
 
     async def _start_roles(self) -> None:
         from conveyor.dispatch import broker
@@ -109,21 +121,29 @@ class Dispatcher:
         from conveyor.dispatch.topology import declare_dead_letters
 
         self.connection = await broker.connect(self.options.url, self._stopping)
-        if self.connection is None:
-            return
+        if self.connection is None or self._stopping.is_set():
+            return  # close() closes a connection that came too late
         if "relay" in self.roles:
-            self.relay = Relay(self.store, self.connection, self.options, self.worker_queue_ttl)
+            self.publisher = await broker.connect(self.options.url, self._stopping)
+            if self.publisher is None or self._stopping.is_set():
+                return
+            self.relay = Relay(
+                self.store, self.publisher, self.options, self.worker_queue_ttl, self.counts
+            )
             self.spawn(self.relay.run(), "dispatch relay")
         if "reconciler" in self.roles:
             wake = self.relay.wake if self.relay is not None else (lambda: None)
-            self.reconciler = Reconciler(self.store, self.options.reconcile_after, wake)
+            self.reconciler = Reconciler(
+                self.store, self.options.reconcile_after, wake, self.counts
+            )
             self.spawn(self.reconciler.run(), "dispatch reconciler")
         if "dead_letters" in self.roles:
-            self.dead_letters = DeadLetterHandler(self.store, self.events)
+            handler = DeadLetterHandler(self.store, self.events, self.counts)
             channel = await self.connection.channel()
             await channel.set_qos(prefetch_count=50)
             _, queue = await declare_dead_letters(channel, self.options)
-            await queue.consume(self.dead_letters.handle)
+            await queue.consume(handler.handle)
+            self.dead_letters = handler  # once it consumes
 
     def spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
@@ -139,13 +159,24 @@ class Dispatcher:
             if self._stopping.is_set():
                 raise ConfigurationError("dispatch stopped before the broker answered")
             await asyncio.sleep(0.05)
-        consumer = WorkerConsumer(await self.connection.channel(), wait_for_work)
+        consumer = WorkerConsumer(await self.connection.channel(), wait_for_work, self.counts)
         await consumer.start(self.options, queues, self.worker_queue_ttl, prefetch)
         self.consumer = consumer
         return consumer
 
     async def close(self) -> None:
         self._stopping.set()
+        if self._starting is not None:
+            # A connection attempt under way ends by itself (connected, refused
+            # or timed out): cancelled halfway, the client leaves a connection
+            # nobody closes.
+            from conveyor.dispatch.broker import CONNECT_TIMEOUT
+
+            await asyncio.wait({self._starting}, timeout=CONNECT_TIMEOUT + 1.0)
+            self._starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._starting
+            self._starting = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -155,10 +186,15 @@ class Dispatcher:
         if self.consumer is not None:
             with contextlib.suppress(Exception):
                 await self.consumer.close()
-        if self.connection is not None:
-            with contextlib.suppress(Exception):
-                await self.connection.close()
-            self.connection = None
+        for connection in (self.publisher, self.connection):
+            if connection is not None:
+                with contextlib.suppress(Exception):
+                    await connection.close()
+        self.connection = self.publisher = None
+        try:
+            await self.counts.flush(self.store)
+        except (BackendError, OSError) as exc:
+            logger.warning("the last dispatch counts were not added to the store: %s", exc)
 
 
 async def start_worker_dispatch(

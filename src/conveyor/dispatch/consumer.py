@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from conveyor.dispatch.counts import DispatchCounts
 from conveyor.dispatch.topology import DispatchOptions, declare_queue
 
 if TYPE_CHECKING:
@@ -23,15 +24,27 @@ WaitForWork = Callable[[Sequence[str], float], Coroutine[Any, Any, None]]
 
 
 class WorkerConsumer:
-    def __init__(self, channel: AbstractChannel, wait_for_work: WaitForWork) -> None:
+    def __init__(
+        self,
+        channel: AbstractChannel,
+        wait_for_work: WaitForWork,
+        counts: DispatchCounts | None = None,
+    ) -> None:
         self.channel = channel
         self._store_wait = wait_for_work
+        self.counts = counts if counts is not None else DispatchCounts()
         self._held: list[AbstractIncomingMessage] = []
         #: How many of _held arrived before the last claim was sent.
         self._covered = 0
         self._arrived = asyncio.Event()
-        self.delivered = 0
-        self.redelivered = 0
+
+    @property
+    def delivered(self) -> int:
+        return self.counts.total("message", "delivered")
+
+    @property
+    def redelivered(self) -> int:
+        return self.counts.total("message", "redelivered")
 
     async def start(
         self,
@@ -46,9 +59,9 @@ class WorkerConsumer:
             await declared.consume(self._on_message)
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        self.delivered += 1
+        self.counts.add("message", "delivered")
         if message.redelivered:
-            self.redelivered += 1
+            self.counts.add("message", "redelivered")
         self._held.append(message)
         self._arrived.set()
 

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from conveyor.dispatch.counts import DispatchCounts
 from conveyor.dispatch.messages import death_reason, decode
 from conveyor.errors import BackendError
 
@@ -26,18 +27,33 @@ REQUEUE_DELAY = 1.0
 
 
 class DeadLetterHandler:
-    def __init__(self, store: DispatchStore, events: EventBus | None = None) -> None:
+    def __init__(
+        self,
+        store: DispatchStore,
+        events: EventBus | None = None,
+        counts: DispatchCounts | None = None,
+    ) -> None:
         self.store = store
         self.events = events
-        self.expired = 0
-        self.ignored = 0
-        self.dropped = 0
+        self.counts = counts if counts is not None else DispatchCounts()
+
+    @property
+    def expired(self) -> int:
+        return self.counts.total("dead_letter", "expired")
+
+    @property
+    def ignored(self) -> int:
+        return self.counts.total("dead_letter", "ignored")
+
+    @property
+    def dropped(self) -> int:
+        return self.counts.total("dead_letter", "dropped")
 
     async def handle(self, message: AbstractIncomingMessage) -> None:
         try:
             envelope = decode(message.body)
         except ValueError as exc:
-            self.dropped += 1
+            self.counts.add("dead_letter", "dropped")
             logger.warning("dropping a malformed dead letter (%s): %r", exc, message.body[:200])
             await message.ack()
             return
@@ -46,14 +62,15 @@ class DeadLetterHandler:
             job = await self.store.expire(envelope.job_id, envelope.stamp, reason)
         except (BackendError, OSError) as exc:
             logger.warning("dead letter of job %s requeued: %s", envelope.job_id, exc)
+            self.counts.add("dead_letter", "requeued")
             await asyncio.sleep(REQUEUE_DELAY)
             await message.nack(requeue=True)
             return
         await message.ack()
         if job is None:
-            self.ignored += 1
+            self.counts.add("dead_letter", "ignored")
             return
-        self.expired += 1
+        self.counts.add("dead_letter", "expired")
         if self.events is not None:
             self.events.emit("expired", job=job)
             self.events.emit("dead", job=job, reason="expired", error=job.error)

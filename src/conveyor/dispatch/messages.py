@@ -63,4 +63,6 @@ def death_reason(headers: dict[str, Any] | None) -> str:
     first = deaths[0]
     reason = first.get("reason", "unknown")
     queue = first.get("queue", "?")
-    return f"dead-lettered by the broker: x-death reason {reason!r} on queue {queue!r}"
+    # Worded like the claim's own TTL expiry when the broker's reason is a TTL.
+    what = "TTL expired, " if reason == "expired" else ""
+    return f"{what}dead-lettered by the broker: x-death reason {reason!r} on queue {queue!r}"

@@ -123,6 +123,16 @@ class BrokerProbe:
         await self._drop()
 
 
+async def dispatch_counts(backend: Backend) -> dict[tuple[str, str], int] | None:
+    """Every process's dispatch counts, (kind, outcome) -> total (None: the
+    store keeps no dispatch record)."""
+    factory = getattr(backend, "dispatch_store", None)
+    if factory is None:
+        return None
+    counts: dict[tuple[str, str], int] = await factory().counts()
+    return counts
+
+
 async def dispatch_lag(backend: Backend) -> float | None:
     """Seconds the oldest due job has waited for its publish (None: the store
     keeps no dispatch record)."""

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from conveyor.dispatch.counts import DispatchCounts
 from conveyor.errors import BackendError
 
 if TYPE_CHECKING:
@@ -22,12 +23,21 @@ BATCH = 1000
 
 class Reconciler:
     def __init__(
-        self, store: DispatchStore, reconcile_after: float, on_found: Callable[[], None]
+        self,
+        store: DispatchStore,
+        reconcile_after: float,
+        on_found: Callable[[], None],
+        counts: DispatchCounts | None = None,
     ) -> None:
         self.store = store
         self.reconcile_after = reconcile_after
         self.on_found = on_found
-        self.reconciled = 0
+        self.counts = counts if counts is not None else DispatchCounts()
+
+    @property
+    def reconciled(self) -> int:
+        """Due jobs found without their message and given to the relay again."""
+        return self.counts.total("message", "reconciled")
 
     async def run_once(self) -> int:
         total = 0
@@ -37,7 +47,7 @@ class Reconciler:
             if found < BATCH:
                 break
         if total:
-            self.reconciled += total
+            self.counts.add("message", "reconciled", total)
             logger.info("reconciler: %d due jobs had no message: republishing", total)
             self.on_found()
         return total

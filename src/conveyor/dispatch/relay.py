@@ -2,7 +2,11 @@
 confirms. A batch is marked dispatched in the store first (one statement,
 SKIP LOCKED: many relays are safe), then published; what the broker did not
 confirm is marked undispatched again. A relay that dies between the two leaves
-jobs the reconciler republishes."""
+jobs the reconciler republishes.
+
+Idle, it sleeps until the store's NOTIFY says new work was committed (its own
+LISTEN connection), or the next undispatched job comes due, or ``BACKSTOP``
+at most; while that LISTEN is down it looks every ``IDLE_WAIT``."""
 
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import asyncpg
+
+from conveyor.dispatch.counts import DispatchCounts
 from conveyor.dispatch.messages import encode
 from conveyor.dispatch.topology import DispatchOptions, declare_dead_letters, declare_queue
 from conveyor.errors import BackendError
@@ -19,12 +26,16 @@ from conveyor.errors import BackendError
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractChannel, AbstractConnection
 
-    from conveyor.backends.postgres.dispatch import Dispatchable, DispatchStore
+    from conveyor.backends.postgres.dispatch import Dispatchable, DispatchStore, RelayWakeups
 
 logger = logging.getLogger("conveyor.dispatch")
 
-#: Idle wait between takes when nothing was due (the relay's share of latency).
+#: Idle wait between takes without a live LISTEN (the relay's share of latency).
 IDLE_WAIT = 0.02
+#: Longest idle wait with a live LISTEN (a wake-up that never came).
+BACKSTOP = 1.0
+#: Between attempts to start the LISTEN after one failed.
+LISTEN_RETRY = 5.0
 
 
 class Relay:
@@ -34,16 +45,30 @@ class Relay:
         connection: AbstractConnection,
         options: DispatchOptions,
         worker_queue_ttl: float,
+        counts: DispatchCounts | None = None,
     ) -> None:
         self.store = store
         self.connection = connection
         self.options = options
         self.worker_queue_ttl = worker_queue_ttl
-        self.published = 0
-        self.failed = 0
+        self.counts = counts if counts is not None else DispatchCounts()
         self._channel: AbstractChannel | None = None
         self._declared: set[str] = set()
         self._wake = asyncio.Event()
+        self._wakeups: RelayWakeups | None = None
+        self._listen_failed_at: float | None = None
+
+    @property
+    def published(self) -> int:
+        """Messages the broker confirmed."""
+        return self.counts.total("message", "confirmed")
+
+    @property
+    def failed(self) -> int:
+        """Messages given back: returned unroutable, nacked or never confirmed."""
+        return self.counts.total("message", "returned") + self.counts.total(
+            "message", "unconfirmed"
+        )
 
     def wake(self) -> None:
         """Take again now (the reconciler undispatched jobs)."""
@@ -62,18 +87,22 @@ class Relay:
 
     async def run_once(self) -> int:
         """Publish one batch; returns how many jobs were taken."""
+        from aiormq.exceptions import PublishError
+
         channel = await self._open()
         await self.store.ensure_index()
         items = await self.store.take(self.options.relay_batch)
         if not items:
             return 0
         unsent: list[Dispatchable] = []
+        returned = 0
         try:
             for queue in sorted({item.queue for item in items} - self._declared):
                 await declare_queue(channel, self.options, queue, self.worker_queue_ttl)
                 self._declared.add(queue)
             now = time.time()
             exchange = channel.default_exchange
+            self.counts.add("message", "published", len(items))
             results = await asyncio.gather(
                 *(
                     exchange.publish(
@@ -84,13 +113,15 @@ class Relay:
                 return_exceptions=True,
             )
             unsent = [i for i, r in zip(items, results, strict=True) if isinstance(r, Exception)]
+            returned = sum(isinstance(r, PublishError) for r in results)
         except BaseException:
             unsent = items
             raise
         finally:
-            self.published += len(items) - len(unsent)
+            self.counts.add("message", "confirmed", len(items) - len(unsent))
+            self.counts.add("message", "returned", returned)
+            self.counts.add("message", "unconfirmed", len(unsent) - returned)
             if unsent:
-                self.failed += len(unsent)
                 # A queue may be gone (deleted, or a broker without it): declare again.
                 self._declared.clear()
                 await self._give_back(unsent)
@@ -103,10 +134,56 @@ class Relay:
             # The reconciler republishes them after reconcile_after.
             logger.warning("could not mark %d unpublished jobs undispatched: %s", len(items), exc)
 
+    async def _listen(self) -> None:
+        """Start the LISTEN; the relay polls every IDLE_WAIT while it is down."""
+        if self._wakeups is not None:
+            return
+        failed_at = self._listen_failed_at
+        if failed_at is not None and time.monotonic() - failed_at < LISTEN_RETRY:
+            return
+        wakeups = self.store.wakeups(self.wake)
+        try:
+            await wakeups.start()
+        except (
+            OSError,
+            BackendError,
+            asyncpg.PostgresError,
+            asyncpg.InterfaceError,
+            TimeoutError,
+        ) as exc:
+            logger.warning("relay: no LISTEN on the store (polling): %s", exc)
+            self._listen_failed_at = time.monotonic()
+            await wakeups.shutdown()
+            return
+        self._wakeups = wakeups
+
+    async def _idle_wait(self) -> float:
+        """How long to sleep when nothing was left to take."""
+        if self._wakeups is None or not self._wakeups.connected:
+            return IDLE_WAIT
+        try:
+            due = await self.store.next_due()
+        except (BackendError, OSError):
+            return IDLE_WAIT
+        if due is None:
+            return BACKSTOP
+        return min(BACKSTOP, max(IDLE_WAIT, due - time.time()))
+
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            if self._wakeups is not None:
+                await self._wakeups.shutdown()
+                self._wakeups = None
+
+    async def _run(self) -> None:
         failures = 0
         while True:
             try:
+                await self._listen()
+                # Cleared before the take: a NOTIFY during it means take again.
+                self._wake.clear()
                 taken = await self.run_once()
                 failures = 0
             except asyncio.CancelledError:
@@ -119,6 +196,6 @@ class Relay:
                 continue
             if taken >= self.options.relay_batch:
                 continue
-            self._wake.clear()
+            wait = await self._idle_wait()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), IDLE_WAIT)
+                await asyncio.wait_for(self._wake.wait(), wait)

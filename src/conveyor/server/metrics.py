@@ -33,7 +33,8 @@ from conveyor.backends.base import (
     CircuitState,
     JobStat,
 )
-from conveyor.dispatch.probe import BrokerDepth, BrokerProbe, dispatch_lag
+from conveyor.dispatch.counts import OUTCOMES, Kind
+from conveyor.dispatch.probe import BrokerDepth, BrokerProbe, dispatch_counts, dispatch_lag
 from conveyor.filters import job_filter
 from conveyor.job import JobState
 from conveyor.server.auth import Scope
@@ -49,9 +50,11 @@ _NO_DURATION = frozenset({"expired"})
 
 @dataclass(slots=True)
 class DispatchScrape:
-    """RabbitMQ dispatch: the store's lag and, when the broker answered, its depths."""
+    """RabbitMQ dispatch: the store's lag and every process's counts and, when
+    the broker answered, its depths."""
 
     lag: float | None
+    counts: dict[tuple[str, str], int] | None
     broker_up: bool
     depths: dict[str, BrokerDepth | None]
     dead_letters: int | None
@@ -85,12 +88,13 @@ async def read_scrape(app: Conveyor, broker: BrokerProbe | None = None) -> Scrap
 
 async def read_dispatch(backend: Backend, broker: BrokerProbe, queues: list[str]) -> DispatchScrape:
     lag = await dispatch_lag(backend)
+    counts = await dispatch_counts(backend)
     try:
         depths = await broker.depths(queues)
         dead_letters = await broker.dead_letters()
     except Exception:  # the broker is down: reported as conveyor_broker_up 0
-        return DispatchScrape(lag, False, {}, None)
-    return DispatchScrape(lag, True, depths, dead_letters)
+        return DispatchScrape(lag, counts, False, {}, None)
+    return DispatchScrape(lag, counts, True, depths, dead_letters)
 
 
 def _le(bound: float) -> str:
@@ -182,6 +186,8 @@ def dispatch_metrics(d: DispatchScrape) -> Iterator[Metric]:
             "How long the oldest due job has waited for its broker message (0: none).",
             value=d.lag,
         )
+    if d.counts is not None:
+        yield from dispatch_count_metrics(d.counts)
     yield GaugeMetricFamily(
         "conveyor_broker_up", "1 when the RabbitMQ broker answered this scrape.", value=d.broker_up
     )
@@ -207,6 +213,29 @@ def dispatch_metrics(d: DispatchScrape) -> Iterator[Metric]:
             "Messages the broker dead-lettered and its dead-letter queue still keeps.",
             value=d.dead_letters,
         )
+
+
+#: The counter families of dispatch/counts.py's kinds (``<name>_total{outcome}``).
+COUNT_FAMILIES: dict[Kind, tuple[str, str]] = {
+    "message": (
+        "conveyor_dispatch_messages",
+        "Dispatch messages by outcome (published, confirmed, returned, unconfirmed, "
+        "reconciled, delivered, redelivered), all processes.",
+    ),
+    "dead_letter": (
+        "conveyor_dispatch_dead_letters",
+        "Broker dead letters handled, by outcome (expired, ignored, dropped, requeued), "
+        "all processes.",
+    ),
+}
+
+
+def dispatch_count_metrics(counts: dict[tuple[str, str], int]) -> Iterator[Metric]:
+    for kind, (name, documentation) in COUNT_FAMILIES.items():
+        family = CounterMetricFamily(name, documentation, labels=["outcome"])
+        for outcome in OUTCOMES[kind]:  # every outcome, 0 before its first count
+            family.add_metric([outcome], counts.get((kind, outcome), 0))
+        yield family
 
 
 def render(scrape: Scrape) -> bytes:

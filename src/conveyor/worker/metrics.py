@@ -2,13 +2,14 @@
 
 Built from the app's events (``active``, ``completed``, ``failed``,
 ``cancelled``; ``claimed``, ``settled`` and ``leases_renewed`` for the store's
-round trips) plus an event-loop lag probe, so the worker itself carries no
-metrics code: without ``--metrics-port`` nobody listens, and the worker only
-checks that once per round trip. With ``--processes N`` the supervisor serves one port for all
-children through prometheus_client's multiprocess mode: it points
-``PROMETHEUS_MULTIPROC_DIR`` at a fresh temporary directory before starting
-them, each child writes its values there, and the supervisor's collector sums
-them on every scrape (gauges count live children only).
+round trips; ``dispatch`` with RabbitMQ dispatch) plus an event-loop lag probe,
+so the worker itself carries no metrics code: without ``--metrics-port`` nobody
+listens, and the worker only checks that once per round trip. With
+``--processes N`` the supervisor serves one port for all children through
+prometheus_client's multiprocess mode: it points ``PROMETHEUS_MULTIPROC_DIR`` at
+a fresh temporary directory before starting them, each child writes its values
+there, and the supervisor's collector sums them on every scrape (gauges count
+live children only).
 
 The store-wide view (queue depths, ages, totals of every worker) stays on
 ``conveyor serve``'s ``/metrics``.
@@ -105,6 +106,18 @@ class WorkerMetrics:
             "Lease renewal round trips that failed (store error or timeout).",
             **into,
         )
+        self.dispatch = {
+            kind: prom.Counter(
+                f"conveyor_worker_dispatch_{name}",
+                f"RabbitMQ dispatch {what} of this worker process, by outcome.",
+                ["outcome"],
+                **into,
+            )
+            for kind, name, what in (
+                ("message", "messages", "messages"),
+                ("dead_letter", "dead_letters", "broker dead letters handled"),
+            )
+        }
         self._running: set[str] = set()
         #: (task, outcome) -> its counter and histogram children: ``labels()`` takes a
         #: lock and validates every call, and this runs twice per job.
@@ -118,6 +131,7 @@ class WorkerMetrics:
         events.on("claimed", self._claimed)
         events.on("settled", self._settled)
         events.on("leases_renewed", self._leases_renewed)
+        events.on("dispatch", self._dispatch)
 
     def _end(self, job: Job, outcome: str, duration: float | None) -> None:
         key = (job.task, outcome)
@@ -165,6 +179,9 @@ class WorkerMetrics:
             self.lease_renewals.labels("renewed").inc(renewed)
         if lost:
             self.lease_renewals.labels("lost").inc(lost)
+
+    def _dispatch(self, event: str, kind: str, outcome: str, count: int, **_: Any) -> None:
+        self.dispatch[kind].labels(outcome).inc(count)
 
     async def watch_loop_lag(self, every: float = 0.5) -> None:
         """Probe how late the loop runs a timer, until cancelled."""

@@ -70,6 +70,8 @@ if TYPE_CHECKING:
     WaitForWork = Callable[[Sequence[str], float], Coroutine[Any, Any, None]]
 
 logger = logging.getLogger("conveyor.worker")
+#: With RabbitMQ dispatch, how long a burst's claims must come back empty.
+DISPATCH_GRACE = 0.05
 
 #: Longest wait between claims of a worker with key-capped tasks (seconds).
 KEY_SLOT_POLL = 0.1
@@ -151,6 +153,11 @@ class Worker:
         self._batcher = Batcher(self, batch_tasks) if batch_tasks else None
         #: In burst mode, how long an empty claim may wait on a rate limit's window.
         self._rate_window = max((r.period for r in self.rate_limited.values()), default=0.0)
+        #: In burst mode, how long claims must come back empty before the burst
+        #: ends. With RabbitMQ dispatch a claim skips a job whose row a relay is
+        #: marking dispatched at that moment (SKIP LOCKED): one empty claim
+        #: proves nothing for the length of that UPDATE.
+        self._empty_for = DISPATCH_GRACE if self.settings.dispatch else 0.0
         self.prefetcher = Prefetch(
             prefetch if prefetch is not None else self.settings.prefetch,
             self.concurrency,
@@ -319,6 +326,7 @@ class Worker:
         batch_max = self.settings.claim_batch
         failures = 0
         last_claimed = time.monotonic()
+        empty_since: float | None = None  # the first of the empty claims in a row
         while not self.stopping:
             # Refill the buffer in chunks, not one job per finished job: small
             # claims cost as much as big ones. Idle slots are always filled at once.
@@ -360,14 +368,21 @@ class Worker:
                 continue
             if result.jobs:
                 last_claimed = time.monotonic()
+                empty_since = None
             elif self.burst:
                 if not self.active and not self.buffered:
                     if busy_at_send:
+                        empty_since = None
                         await self.acker.drain(self.settings.shutdown_timeout)
                         continue
                     # Due jobs held back by a rate limit are still due: wait for
                     # the window to slide, but give up after one idle window.
-                    if time.monotonic() - last_claimed > self._rate_window:
+                    now = time.monotonic()
+                    empty_since = empty_since if empty_since is not None else now
+                    if (
+                        now - last_claimed > self._rate_window
+                        and now - empty_since >= self._empty_for
+                    ):
                         break
                     await self._wait_for(asyncio.sleep(0.02), None)
                     continue

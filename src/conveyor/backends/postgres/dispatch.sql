@@ -51,8 +51,9 @@ RETURNING j.id;
 -- name: expire
 -- The broker dead-lettered the message of job $1 published at $2: the job
 -- fails 'expired' with error message $3, only if that publish is still its
--- current dispatch and it is still due and unclaimed (fenced: running,
--- terminal or re-dispatched jobs are untouched).
+-- current dispatch, it is still waiting or delayed and no claim took it since
+-- (started_at is set by every claim and never cleared): running, terminal,
+-- re-dispatched jobs and jobs claimed then released or retried are untouched.
 WITH t AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)
 UPDATE __schema__.jobs AS j SET
     state = 'failed',
@@ -65,6 +66,7 @@ UPDATE __schema__.jobs AS j SET
 FROM t
 WHERE j.id = $1::text AND j.dispatched_at = $2::float8
   AND j.state IN ('waiting', 'delayed')
+  AND (j.started_at IS NULL OR j.started_at < j.dispatched_at)
 RETURNING j.*;
 
 -- name: lag
@@ -74,3 +76,36 @@ FROM __schema__.jobs AS j
 WHERE j.state IN ('waiting', 'delayed')
   AND (j.dispatched_at IS NULL OR j.dispatched_at < j.run_at)
   AND j.run_at <= extract(epoch FROM clock_timestamp())::float8;
+
+-- name: ensure_counts
+-- What every process's dispatch roles did, as running totals (conveyor serve's
+-- /metrics). The dispatch layer's own table, made by the first process that
+-- counts: a store that never dispatches never has it.
+CREATE TABLE IF NOT EXISTS __schema__.dispatch_counts (
+    kind text NOT NULL,
+    outcome text NOT NULL,
+    total bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (kind, outcome)
+);
+
+-- name: add_counts
+-- Add $3 to the totals of ($1, $2) pairs, one row each (a process flushes about
+-- once a second, so many processes do not contend on these rows).
+INSERT INTO __schema__.dispatch_counts AS c (kind, outcome, total)
+SELECT u.kind, u.outcome, u.n
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(kind, outcome, n)
+ON CONFLICT (kind, outcome) DO UPDATE SET total = c.total + excluded.total;
+
+-- name: has_counts
+SELECT to_regclass('__schema__.dispatch_counts') IS NOT NULL;
+
+-- name: counts
+SELECT c.kind, c.outcome, c.total FROM __schema__.dispatch_counts AS c;
+
+-- name: next_due
+-- When the next undispatched job comes due (NULL: none), from the relay's
+-- partial index: the relay sleeps until then unless a NOTIFY wakes it.
+SELECT min(j.run_at)
+FROM __schema__.jobs AS j
+WHERE j.state IN ('waiting', 'delayed')
+  AND (j.dispatched_at IS NULL OR j.dispatched_at < j.run_at);
