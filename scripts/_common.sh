@@ -13,6 +13,16 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${CONVEYOR_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
 
+# Service tools (rabbitmqctl, nft, ip, pg_ctl's helpers) live in sbin, which a
+# minimal PATH (env -i, cron, some CI runners) leaves out.
+for _dir in /usr/local/sbin /usr/sbin /sbin; do
+    case ":$PATH:" in
+    *":$_dir:"*) ;;
+    *) PATH="$PATH:$_dir" ;;
+    esac
+done
+export PATH
+
 # Quiet the machine's pip chatter (root warnings, version nags); errors still show.
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 export PIP_ROOT_USER_ACTION=ignore

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import shutil
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -106,10 +107,17 @@ class Broker:
         await self.ctl("close_all_connections", "conveyor test: connections closed")
 
 
+def _rabbitmqctl() -> str:
+    """Debian puts rabbitmqctl in /usr/sbin, which a minimal PATH leaves out."""
+    return shutil.which("rabbitmqctl", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") or (
+        "rabbitmqctl"
+    )
+
+
 @pytest.fixture
 async def broker(place: Place) -> AsyncIterator[Broker]:
     # After ``place``: torn down first, so the place's cleanup finds the broker up.
-    node = Broker(os.environ.get("CONVEYOR_TEST_RABBITMQCTL", "").strip() or "rabbitmqctl")
+    node = Broker(os.environ.get("CONVEYOR_TEST_RABBITMQCTL", "").strip() or _rabbitmqctl())
     try:
         yield node
     finally:
