@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Django Tasks backend's tests on Django >= 6's built-in django.tasks, which
 # needs Python >= 3.12 (scripts/test.sh runs them on the project's Python with
-# the django_tasks backport). Not part of scripts/test.sh: it builds its own venv.
+# the django_tasks backport, then call this one when a Python >= 3.12 is present).
+# It builds its own venv.
 #
 #   scripts/test-django6.sh              PYTHON: python3.12+ (default: python3.13,
 #                                        python3.12, or pyenv's 3.12/3.13)

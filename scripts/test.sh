@@ -2,6 +2,8 @@
 # The whole gate, exactly what CI runs (.ci/run calls this):
 #   install (.venv, -e '.[all,dev,bench]') -> ruff check -> ruff format --check -> mypy
 #   -> PostgreSQL + Redis for the tests -> pytest tests/ (junit xml in test-artifacts/)
+#   -> the Django backend's tests on Django 6 (scripts/test-django6.sh) when a
+#      Python >= 3.12 is present
 #
 #   scripts/test.sh                      everything
 #   scripts/test.sh tests/unit -k retry  the same gate, pytest limited to these arguments
@@ -81,6 +83,29 @@ run_pytest() {
     return "$rc"
 }
 step "pytest" run_pytest
+
+# Django >= 6's built-in django.tasks needs Python >= 3.12 (the project's own may
+# be 3.11): run the Django backend's tests there too when such a Python exists.
+python312() {
+    local candidate
+    for candidate in python3.13 python3.12 \
+        "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python \
+        "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python; do
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+if [[ $# -eq 0 ]]; then
+    if django_python="$(python312)"; then
+        step "django 6 (built-in tasks)" env PYTHON="$django_python" bash scripts/test-django6.sh
+    else
+        warn "no Python >= 3.12 here: Django 6's built-in django.tasks not tested (the backport was)"
+    fi
+fi
 
 echo
 log "summary ($((SECONDS - START))s in all)"
