@@ -46,6 +46,9 @@ __all__ = [
 
 logger = logging.getLogger("conveyor.dispatch")
 
+#: Tries to start a worker's consumer (0.1 s, doubling, between them: about 12 s).
+CONSUME_ATTEMPTS = 8
+
 
 def require_client() -> None:
     """aio-pika, or a MissingDependency saying how to install it."""
@@ -159,8 +162,20 @@ class Dispatcher:
             if self._stopping.is_set():
                 raise ConfigurationError("dispatch stopped before the broker answered")
             await asyncio.sleep(0.05)
-        consumer = WorkerConsumer(await self.connection.channel(), wait_for_work, self.counts)
-        await consumer.start(self.options, queues, self.worker_queue_ttl, prefetch)
+        for attempt in range(CONSUME_ATTEMPTS):
+            consumer = WorkerConsumer(await self.connection.channel(), wait_for_work, self.counts)
+            try:
+                await consumer.start(self.options, queues, self.worker_queue_ttl, prefetch)
+                break
+            except Exception as exc:  # the broker refused: closed the channel or connection
+                with contextlib.suppress(Exception):
+                    await consumer.close()
+                if attempt + 1 == CONSUME_ATTEMPTS or self._stopping.is_set():
+                    raise
+                # RabbitMQ 3.10 can refuse a consume on a quorum queue it has just
+                # declared (its replica not up yet: INTERNAL_ERROR); it passes.
+                logger.warning("the broker refused the consumer (%r): trying again", exc)
+                await asyncio.sleep(0.1 * 2**attempt)
         self.consumer = consumer
         return consumer
 
