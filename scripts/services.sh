@@ -37,6 +37,7 @@ _OWN_REDIS_PIDFILE=""
 _APT_UPDATED=""
 _OWN_RABBIT_NODE=""
 _OWN_RABBIT_ENV=()
+_OWN_RABBIT_CTL=()
 _OWN_RABBIT_PID=""
 
 _py() { command -v python3 || echo "$PY"; }
@@ -326,10 +327,13 @@ start_own_rabbitmq() {
         sleep 0.1
     done
     export CONVEYOR_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/%2F"
+    # Debian's rabbitmqctl wrapper switches HOME to /var/lib/rabbitmq when the
+    # system broker's cookie is there, so the CLI is handed this node's own.
+    _OWN_RABBIT_CTL=("${_OWN_RABBIT_ENV[@]}"
+        "$(PATH="$PATH:/usr/sbin:/sbin" command -v rabbitmqctl || echo rabbitmqctl)"
+        -n "$_OWN_RABBIT_NODE" --erlang-cookie "$(cat "$dir/.erlang.cookie")")
     # The broker-fault tests stop and start this node's app through it.
-    local ctl
-    ctl="$(PATH="$PATH:/usr/sbin:/sbin" command -v rabbitmqctl || echo rabbitmqctl)"
-    CONVEYOR_TEST_RABBITMQCTL="$(printf '%q ' "${_OWN_RABBIT_ENV[@]}" "$ctl" -n "$_OWN_RABBIT_NODE")"
+    CONVEYOR_TEST_RABBITMQCTL="$(printf '%q ' "${_OWN_RABBIT_CTL[@]}")"
     export CONVEYOR_TEST_RABBITMQCTL
 }
 
@@ -375,9 +379,7 @@ services_down() {
         _OWN_REDIS_PORT=""
     fi
     if [[ -n "$_OWN_RABBIT_NODE" ]]; then
-        local ctl
-        ctl="$(PATH="$PATH:/usr/sbin:/sbin" command -v rabbitmqctl || echo rabbitmqctl)"
-        if ! "${_OWN_RABBIT_ENV[@]}" "$ctl" -n "$_OWN_RABBIT_NODE" stop >/dev/null 2>&1; then
+        if ! "${_OWN_RABBIT_CTL[@]}" stop >/dev/null 2>&1; then
             # SIGTERM stops a node cleanly too.
             kill -TERM -- "-$_OWN_RABBIT_PID" 2>/dev/null ||
                 warn "could not stop the private RabbitMQ node $_OWN_RABBIT_NODE"
