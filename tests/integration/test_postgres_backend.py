@@ -154,6 +154,9 @@ async def test_only_the_claim_commits_without_waiting_for_the_flush(
     await backend.enqueue_jobs([_job()])
     conn = await asyncpg.connect(postgres_url)
     try:
+        # The session's own setting, whatever the server's default (the test
+        # script's private server runs with synchronous_commit off).
+        await conn.execute("SET synchronous_commit = on")
         async with conn.transaction():
             rows = await conn.fetch(
                 backend.q.claim,
