@@ -9,7 +9,9 @@ benchmarks.apps.conveyor_app:app -c 50``) and no-op steps:
 - ``w1``: ``--children`` jobs enqueued with ``enqueue_many``, then the worker
   starts and drains them (run.py's W1); jobs/s from the first ``started_at`` to
   the last ``finished_at``;
-- ``group``: the same jobs started as one ``group``, drained the same way;
+- ``group``: the same jobs started as one ``group``, drained the same way
+  (with the worker's CPU per job for both: steadier than wall time on a
+  shared host);
 - ``chord``: once the worker has run a warm-up job, a chord of ``--children``
   members and one callback: the callback's delay (its ``started_at`` minus the
   latest member's ``finished_at``), the members' drain, and end to end (from
@@ -104,6 +106,14 @@ def ratios(results: Results, kind: str) -> dict[str, float]:
     plain = results.values(f"conveyor-{kind}", "w1", "drain_per_s")
     if group and plain:
         out["group_over_w1"] = statistics.median(g / p for g, p in zip(group, plain, strict=False))
+    # CPU per job is steadier than wall time on a shared host: W1's over the group's
+    # (below 1: a group job costs the worker more).
+    group_cpu = results.values(f"conveyor-{kind}", "group", "drain_cpu_us_per_job")
+    plain_cpu = results.values(f"conveyor-{kind}", "w1", "drain_cpu_us_per_job")
+    if group_cpu and plain_cpu:
+        out["w1_over_group_worker_cpu"] = statistics.median(
+            p / g for g, p in zip(group_cpu, plain_cpu, strict=False)
+        )
     if kind == "redis":
         ours = results.values("conveyor-redis", "chord", "end_to_end_s")
         theirs = results.values("celery-redis", "chord", "end_to_end_s")
@@ -117,7 +127,9 @@ def ratios(results: Results, kind: str) -> dict[str, float]:
 def report(results: Results, kinds: list[str], args: argparse.Namespace) -> None:
     rows = [
         ("W1 drain, jobs/s", "w1", "drain_per_s"),
+        ("W1 worker CPU/job (drain), us", "w1", "drain_cpu_us_per_job"),
         ("group drain, jobs/s", "group", "drain_per_s"),
+        ("group worker CPU/job (drain), us", "group", "drain_cpu_us_per_job"),
         ("chord callback delay, ms", "chord", "callback_delay_ms"),
         ("chord members drain, jobs/s", "chord", "members_drain_per_s"),
         ("chord end to end, s", "chord", "end_to_end_s"),

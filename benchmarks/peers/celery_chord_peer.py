@@ -99,7 +99,7 @@ class CeleryChordSide(PeerSide):
             self.app.send_task("bench.stamp", args=(WARM_UP,))
             self.wait_for("the warm-up task", record, procs, lambda r: WARM_UP in r.stamps)
             sent_at = time.time()
-            members = group(self.app.signature("bench.noop") for _ in range(n))
+            members = group([self.app.signature("bench.noop") for _ in range(n)])
             chord(members)(self.app.signature("bench.chord_callback"))
             sent_s = time.time() - sent_at
             self.wait_for("the callback", record, procs, lambda r: CALLBACK_DONE in r.stamps)
