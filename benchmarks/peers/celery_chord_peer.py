@@ -12,6 +12,12 @@ result backend on the same ``redis-server`` as the broker. The chord is
 backend counts the members' results in Redis and the member that completes the
 count sends the callback.
 
+Sending is most of Celery's end to end: with a result backend, ``apply_async``
+subscribes the producer to each task's result channel as it sends it
+(``backend.on_task_call``), a round trip per member. At the benchmark's exit,
+Celery's result handles may print an ``ImportError`` from ``AsyncResult.__del__``
+("Python is likely shutting down"): after the measurement, harmless.
+
 What the record file says (:mod:`benchmarks.peers.recorder`): each member's
 ``d`` line (its handler's end), stamp 0 when the callback's handler starts, stamp
 1 when it ends (stamp -1 is the warm-up job).
