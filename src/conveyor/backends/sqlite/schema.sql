@@ -77,6 +77,10 @@ CREATE INDEX jobs_blocked ON jobs (queue) WHERE state = 'blocked';
 -- keyless group is counted through jobs_lease).
 CREATE INDEX jobs_key_active ON jobs (task, concurrency_key)
     WHERE state = 'active' AND concurrency_key IS NOT NULL;
+-- The jobs of a workflow (added by 0008): get_workflow, the workflow events'
+-- counts and workflow retention. Only workflow jobs, and no state column: a
+-- claim or settle does not touch it.
+CREATE INDEX jobs_workflow ON jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
 
 -- The dependencies a blocked job still waits for, one row per (dependency,
 -- dependent). Written at enqueue for the dependencies not finished yet; a
