@@ -16,7 +16,8 @@ redis-server), two measurements, medians of ``--repeat``:
   at concurrency 20 on jobs of 10 ms; tenant B enqueues 100 jobs 10 ms apart,
   once while tenant A has ``--backlog`` jobs waiting and once with no backlog.
   Prints B's pickup (``started_at - created_at``) p50/p99 both ways and the
-  p99 ratio (target <= 2).
+  p99 ratio (target <= 2). ``--prefetch`` sets the worker's buffer (default:
+  adaptive; a busy worker then claims only when half its buffer is gone).
 - **fair-drain**: the W1 drain (``--drain-jobs`` no-op jobs, one worker at its
   default concurrency) over 100 tenants, from a fair queue and from the same
   queue plain. Prints both rates and their ratio (target >= 0.85).
@@ -172,14 +173,16 @@ def fair_app(url: str, fair: bool, seconds: float) -> Conveyor:
     return app
 
 
-async def fair_pickup(url: str, backlog: int) -> list[float]:
+async def fair_pickup(url: str, backlog: int, prefetch: int | None) -> list[float]:
     """B's pickups (seconds, sorted) while tenant A has ``backlog`` jobs waiting."""
     app = fair_app(url, True, JOB_SECONDS)
     try:
         a_jobs = [("fair.work", {}, {"tenant": "A"})] * backlog
         for start in range(0, backlog, 1000):
             await app.enqueue_many(a_jobs[start : start + 1000])
-        worker = app.worker(queues=[FAIR_QUEUE], concurrency=20, install_signals=False)
+        worker = app.worker(
+            queues=[FAIR_QUEUE], concurrency=20, prefetch=prefetch, install_signals=False
+        )
         running = asyncio.create_task(worker.run())
         await asyncio.sleep(1.0)  # the worker is claiming (A's backlog, if any)
         ids = []
@@ -248,9 +251,9 @@ def measure_fair(store: str, args: argparse.Namespace) -> None:
         for repetition in range(args.repeat):
             if "fair-pickup" in args.only:
                 with fresh_url(store, f"quiet{repetition}", redis) as url:
-                    quiet.append(asyncio.run(fair_pickup(url, 0)))
+                    quiet.append(asyncio.run(fair_pickup(url, 0, args.prefetch)))
                 with fresh_url(store, f"backlog{repetition}", redis) as url:
-                    loaded.append(asyncio.run(fair_pickup(url, args.backlog)))
+                    loaded.append(asyncio.run(fair_pickup(url, args.backlog, args.prefetch)))
             if "fair-drain" in args.only:
                 with fresh_url(store, f"fair{repetition}", redis) as url:
                     fair_rates.append(asyncio.run(fair_drain(url, True, args.drain_jobs)))
@@ -329,6 +332,12 @@ def main() -> None:
     parser.add_argument("--stores", default="sqlite,postgres,redis")
     parser.add_argument("--backlog", type=int, default=50_000)
     parser.add_argument("--drain-jobs", type=int, default=20_000)
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        default=None,
+        help="fair-pickup's worker prefetch (default: adaptive)",
+    )
     parser.add_argument(
         "--only",
         default="cap,storm,fair-pickup,fair-drain",

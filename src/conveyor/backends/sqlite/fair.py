@@ -84,6 +84,8 @@ class Heads:
     and double (most tenants of a busy fair queue give one job per claim); a
     plain queue's are what the claim still wants."""
 
+    __slots__ = ("batch", "chosen", "exhausted", "params", "query", "ready")
+
     def __init__(self, query: str, params: dict[str, Any], batch: int | None = None) -> None:
         self.query = query
         self.params = params
@@ -172,6 +174,7 @@ class FairStream:
         self.level_from: str | None = ""  # None: read to the end
         self.ahead_after: tuple[float, str] | None = (vtime, "")
         self.tenants: dict[str, Heads] = {}
+        self.first: dict[str, Head | None] = {}  # read per chunk, until the tenant is visited
         self.changed: dict[str, float] = {}
         self.gone: list[str] = []
         self._read(conn, LEVEL)
@@ -194,8 +197,8 @@ class FairStream:
             rows = conn.execute(Q.fair_ahead, params).fetchall()
             entries = [(p, key, AHEAD) for key, p in rows]
             self.ahead_after = (rows[-1][1], rows[-1][0]) if len(rows) == self.chunk else None
-        for entry in entries:
-            heapq.heappush(self.order, entry)
+        self.order.extend(entries)
+        heapq.heapify(self.order)
         self.in_heap[source] += len(entries)
         self._first_heads(conn, [key for _, key, _ in entries])
 
@@ -209,16 +212,9 @@ class FairStream:
             "now": self.now,
             "tenants": json_param([tenant_of(key) for key in keys]),
         }
-        found: dict[str | None, Head] = {
-            row[0]: row[1:] for row in conn.execute(Q.fair_first_heads, params).fetchall()
-        }
+        found = {row[0]: row[1:] for row in conn.execute(Q.fair_first_heads, params)}
         for key in keys:
-            heads = self._heads(key)
-            head = found.get(tenant_of(key))
-            if head is None:
-                heads.exhausted = True
-            else:
-                heads.ready.append(head)
+            self.first[key] = found.get(tenant_of(key))
 
     def _left(self, conn: sqlite3.Connection, source: int) -> None:
         """An entry of ``source`` left the heap: read on when it was the last."""
@@ -232,6 +228,11 @@ class FairStream:
         if heads is None:
             params = {"queue": self.queue, "tenant": tenant_of(key)}
             heads = self.tenants[key] = Heads(Q.fair_heads, params, batch=1)
+            first = self.first.pop(key, None)
+            if first is None:
+                heads.exhausted = True  # nothing of it is due at all
+            else:
+                heads.ready.append(first)
         return heads
 
     def next(self, conn: sqlite3.Connection, limits: Limits, now: float, want: int) -> Head | None:
