@@ -204,19 +204,20 @@ async def fair_pickup(url: str, backlog: int, prefetch: int | None) -> list[floa
         await app.close()
 
 
-async def fair_drain(url: str, fair: bool, jobs: int) -> float:
-    """Jobs/s of the W1 drain over ``TENANTS`` tenants, from a fair or plain queue."""
+async def fair_drain(url: str, fair: bool, jobs: int) -> tuple[float, float]:
+    """Jobs/s of the W1 drain over ``TENANTS`` tenants, from a fair or plain queue,
+    and the process CPU seconds per job it took (less swayed by a loaded host)."""
     app = fair_app(url, fair, 0.0)
     try:
         payloads = [("fair.work", {}, {"tenant": f"t{i % TENANTS}"}) for i in range(jobs)]
         for start in range(0, jobs, 1000):
             await app.enqueue_many(payloads[start : start + 1000])
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         done = await app.drain(queues=[FAIR_QUEUE])
-        elapsed = time.perf_counter() - began
+        elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
         if done != jobs:
             raise RuntimeError(f"drained {done} of {jobs}")
-        return jobs / elapsed
+        return jobs / elapsed, cpu / jobs
     finally:
         await app.close()
 
@@ -244,8 +245,8 @@ def fresh_url(store: str, label: str, redis: RedisStore | None) -> Iterator[str]
 def measure_fair(store: str, args: argparse.Namespace) -> None:
     quiet: list[list[float]] = []
     loaded: list[list[float]] = []
-    fair_rates: list[float] = []
-    plain_rates: list[float] = []
+    fair_rates: list[tuple[float, float]] = []
+    plain_rates: list[tuple[float, float]] = []
     redis = RedisStore() if store == "redis" else None
     try:
         for repetition in range(args.repeat):
@@ -275,13 +276,17 @@ def measure_fair(store: str, args: argparse.Namespace) -> None:
             f"{statistics.median(ratios):.2f} (each: {', '.join(f'{r:.2f}' for r in ratios)})"
         )
     if fair_rates:
-        ratios = [f / p for f, p in zip(fair_rates, plain_rates, strict=True)]
+        ratios = [f[0] / p[0] for f, p in zip(fair_rates, plain_rates, strict=True)]
+        cpu = [p[1] / f[1] for f, p in zip(fair_rates, plain_rates, strict=True)]
         each = ", ".join(f"{r:.2f}" for r in ratios)
         print(
             f"{store:8} W1 drain over {TENANTS} tenants: fair "
-            f"{statistics.median(fair_rates):8,.0f}/s  plain "
-            f"{statistics.median(plain_rates):8,.0f}/s  ratio {statistics.median(ratios):.2f} "
-            f"(each: {each})"
+            f"{statistics.median(f[0] for f in fair_rates):8,.0f}/s  plain "
+            f"{statistics.median(p[0] for p in plain_rates):8,.0f}/s  ratio "
+            f"{statistics.median(ratios):.2f} (each: {each}); CPU per job fair "
+            f"{statistics.median(f[1] for f in fair_rates) * 1e6:.0f} us, plain "
+            f"{statistics.median(p[1] for p in plain_rates) * 1e6:.0f} us, plain/fair "
+            f"{statistics.median(cpu):.2f} (each: {', '.join(f'{c:.2f}' for c in cpu)})"
         )
 
 
