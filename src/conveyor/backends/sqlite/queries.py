@@ -69,6 +69,19 @@ class Queries:
     claim_key_candidates: LiteralString
     key_slots_used: LiteralString
     claim_ids: LiteralString
+    fair_queues: LiteralString
+    fair_heads: LiteralString
+    fair_heads_unfiltered: LiteralString
+    fair_first_heads: LiteralString
+    plain_heads: LiteralString
+    fair_level: LiteralString
+    fair_ahead: LiteralString
+    fair_pass_set: LiteralString
+    fair_tenant_waits: LiteralString
+    fair_tenant_drop: LiteralString
+    fair_tenants_fill: LiteralString
+    fair_tenants_clear: LiteralString
+    fair_vtime: LiteralString
     rate_trim: LiteralString
     rate_used: LiteralString
     rate_record: LiteralString
@@ -127,6 +140,7 @@ class Queries:
     prune_rate_starts: LiteralString
     # queues, circuits, heartbeats
     configure_queue: LiteralString
+    tenant_counts: LiteralString
     set_queue_paused: LiteralString
     list_circuits: LiteralString
     reset_circuit: LiteralString

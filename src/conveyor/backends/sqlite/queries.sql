@@ -263,6 +263,129 @@ WHERE state = 'active' AND concurrency_key IS NULL
   AND task IN (SELECT value FROM json_each(:tasks))
 GROUP BY task;
 
+-- name: fair_queues
+-- The configured queues among :queues (JSON array) when one of them is fair,
+-- with their pause flag, fairness, weights and virtual time; no row when none
+-- is (a plain claim pays one primary-key probe per queue). Tables: queues.
+SELECT name, paused, fairness, weights, vtime
+FROM queues
+WHERE name IN (SELECT value FROM json_each(:queues))
+  AND EXISTS (
+      SELECT 1 FROM queues AS f
+      WHERE f.fairness IS NOT NULL AND f.name IN (SELECT value FROM json_each(:queues)));
+
+-- name: fair_heads
+-- One tenant's first :limit claimable jobs in claim order (:tenant NULL: the
+-- jobs without a tenant), past the tasks in :excluded, the full key groups in
+-- :full (as claim_key_candidates) and the ids this claim already chose in
+-- :taken (they are claimed together at its end). Tables: jobs (jobs_fair).
+SELECT id, task, concurrency_key, priority, run_at
+FROM jobs INDEXED BY jobs_fair
+WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant AND run_at <= :now
+  AND task NOT IN (SELECT value FROM json_each(:excluded))
+  AND json_array(task, concurrency_key) NOT IN (
+      SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
+      FROM json_each(:full) AS g)
+  AND id NOT IN (SELECT value FROM json_each(:taken))
+ORDER BY priority DESC, run_at, id
+LIMIT :limit;
+
+-- name: fair_heads_unfiltered
+-- fair_heads when the claim has nothing to leave out (no excluded task, no
+-- full key group, nothing chosen yet from this tenant). Tables: jobs (jobs_fair).
+SELECT id, task, concurrency_key, priority, run_at
+FROM jobs INDEXED BY jobs_fair
+WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant AND run_at <= :now
+ORDER BY priority DESC, run_at, id
+LIMIT :limit;
+
+-- name: fair_first_heads
+-- The first waiting, due job of each tenant in :tenants (a JSON array; null is
+-- no tenant) of a fair queue, in one statement: one index seek per tenant.
+-- Tables: jobs (jobs_fair).
+SELECT t.value, j.id, j.task, j.concurrency_key, j.priority, j.run_at
+FROM json_each(:tenants) AS t
+JOIN jobs AS j ON j.rowid = (
+    SELECT c.rowid
+    FROM jobs AS c INDEXED BY jobs_fair
+    WHERE c.state = 'waiting' AND c.queue = :queue AND c.tenant IS t.value
+      AND c.run_at <= :now
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT 1);
+
+-- name: plain_heads
+-- A plain queue's first :limit claimable jobs, for a claim that also names a
+-- fair queue (the streams are merged in Python); filters as fair_heads.
+-- Tables: jobs (jobs_claim).
+SELECT id, task, concurrency_key, priority, run_at
+FROM jobs INDEXED BY jobs_claim
+WHERE state = 'waiting' AND queue = :queue AND run_at <= :now
+  AND task NOT IN (SELECT value FROM json_each(:excluded))
+  AND json_array(task, concurrency_key) NOT IN (
+      SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
+      FROM json_each(:full) AS g)
+  AND id NOT IN (SELECT value FROM json_each(:taken))
+ORDER BY priority DESC, run_at, id
+LIMIT :limit;
+
+-- name: fair_level
+-- The next :limit registered tenants of a fair queue whose pass is at or
+-- below :vtime (they all stand at vtime), from tenant_key :start on, in
+-- tenant_key order (the rule's tie order). Tables: fair_tenants (primary key).
+SELECT tenant_key, pass
+FROM fair_tenants
+WHERE queue = :queue AND pass <= :vtime AND tenant_key >= :start
+ORDER BY tenant_key
+LIMIT :limit;
+
+-- name: fair_ahead
+-- The next :limit registered tenants of a fair queue whose pass is above
+-- :vtime, after (:pass, :after), by (pass, tenant_key).
+-- Tables: fair_tenants (fair_tenants_pass).
+SELECT tenant_key, pass
+FROM fair_tenants INDEXED BY fair_tenants_pass
+WHERE queue = :queue AND pass > :vtime
+  AND (pass > :pass OR (pass = :pass AND tenant_key > :after))
+ORDER BY pass, tenant_key
+LIMIT :limit;
+
+-- name: fair_pass_set
+-- Store the passes of the tenants a claim served, :passes a JSON object
+-- {tenant_key: pass}, in one statement driven by the object (an upsert: one
+-- primary-key seek per tenant; the rows exist). Tables: fair_tenants.
+INSERT INTO fair_tenants (queue, tenant_key, pass)
+SELECT :queue, key, value FROM json_each(:passes) WHERE true
+ON CONFLICT (queue, tenant_key) DO UPDATE SET pass = excluded.pass;
+
+-- name: fair_tenant_waits
+-- Whether a tenant has any waiting job in the queue (claimable or not).
+-- Tables: jobs (jobs_fair).
+SELECT EXISTS (
+    SELECT 1 FROM jobs INDEXED BY jobs_fair
+    WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant);
+
+-- name: fair_tenant_drop
+-- Forget a tenant with nothing waiting whose pass the rule would clamp to
+-- vtime anyway; a job of it that waits again registers it anew (triggers).
+-- Tables: fair_tenants.
+DELETE FROM fair_tenants WHERE queue = :queue AND tenant_key = :key AND pass <= :vtime;
+
+-- name: fair_tenants_fill
+-- A queue made fair: register the tenants of its waiting jobs (passes of the
+-- tenants already registered are kept). Tables: jobs (jobs_fair), fair_tenants.
+INSERT OR IGNORE INTO fair_tenants (queue, tenant_key)
+SELECT DISTINCT queue, ifnull('=' || tenant, '')
+FROM jobs INDEXED BY jobs_fair
+WHERE state = 'waiting' AND queue = :name;
+
+-- name: fair_tenants_clear
+-- A queue made plain: its tenants' passes go. Tables: fair_tenants.
+DELETE FROM fair_tenants WHERE queue = :name;
+
+-- name: fair_vtime
+-- Store a fair queue's virtual time. Tables: queues.
+UPDATE queues SET vtime = :vtime WHERE name = :queue;
+
 -- name: claim_ids
 -- The slow path's claim of the chosen :ids (JSON array). Tables: jobs.
 UPDATE jobs
@@ -589,7 +712,7 @@ GROUP BY state, queue;
 
 -- name: queue_rows
 -- Every configured queue. Tables: queues.
-SELECT name, paused, max_size, ttl
+SELECT name, paused, max_size, ttl, fairness, weights
 FROM queues
 ORDER BY name;
 
@@ -882,12 +1005,39 @@ WHERE at <= :now - period;
 -- ------------------------------------------------------------------ queues --
 
 -- name: configure_queue
--- Create or update a queue's limits, keeping its paused flag. Tables: queues.
-INSERT INTO queues (name, max_size, ttl)
-VALUES (:name, :max_size, :ttl)
+-- Create or update a queue's options, keeping its paused flag and its fair
+-- state (vtime, passes). Tables: queues.
+INSERT INTO queues (name, max_size, ttl, fairness, weights)
+VALUES (:name, :max_size, :ttl, :fairness, :weights)
 ON CONFLICT (name) DO UPDATE SET
     max_size = excluded.max_size,
-    ttl = excluded.ttl;
+    ttl = excluded.ttl,
+    fairness = excluded.fairness,
+    weights = excluded.weights;
+
+-- name: tenant_counts
+-- Waiting (+ delayed) and active jobs per tenant of one queue, most waiting
+-- first, the None tenant first among equals: each state from its own partial
+-- index (waiting index-only), never the finished jobs. Tables: jobs.
+SELECT tenant, sum(waiting) AS waiting, sum(active) AS active
+FROM (
+    SELECT tenant, count(*) AS waiting, 0 AS active
+    FROM jobs INDEXED BY jobs_fair
+    WHERE state = 'waiting' AND queue = :queue
+    GROUP BY tenant
+    UNION ALL
+    SELECT tenant, count(*), 0
+    FROM jobs INDEXED BY jobs_delayed
+    WHERE state = 'delayed' AND queue = :queue
+    GROUP BY tenant
+    UNION ALL
+    SELECT tenant, 0, count(*)
+    FROM jobs INDEXED BY jobs_lease
+    WHERE state = 'active' AND queue = :queue
+    GROUP BY tenant)
+GROUP BY tenant
+ORDER BY waiting DESC, active DESC, tenant IS NOT NULL, tenant
+LIMIT :limit;
 
 -- name: set_queue_paused
 -- Pause or resume a queue, creating its row when needed. Tables: queues.

@@ -82,6 +82,10 @@ CREATE INDEX jobs_key_active ON jobs (task, concurrency_key)
 -- claim or settle does not touch it.
 CREATE INDEX jobs_workflow ON jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
 
+-- Fair claims: each tenant's first waiting job in claim order (0006).
+CREATE INDEX jobs_fair ON jobs (queue, tenant, priority DESC, run_at, id)
+    WHERE state = 'waiting';
+
 -- The dependencies a blocked job still waits for, one row per (dependency,
 -- dependent). Written at enqueue for the dependencies not finished yet; a
 -- dependency's rows are deleted when it finishes (its dependents are resolved
@@ -112,7 +116,27 @@ CREATE TABLE queues (
     paused   INTEGER NOT NULL DEFAULT 0,
     max_size INTEGER,
     ttl      REAL
+    -- Added by 0006 (fair queues): fairness NULL (plain) or 'tenant'; weights
+    -- a JSON object tenant -> weight (NULL: all weigh 1); vtime the virtual time.
+    , fairness TEXT,
+    weights TEXT,
+    vtime REAL NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
+
+-- The tenants of a fair queue that may have waiting jobs, with their pass of
+-- the rule (0 for a new one). tenant_key: '' for no tenant, '=' || tenant
+-- otherwise (a key that sorts as the rule orders tenants). Rows are added by
+-- the triggers fair_tenant_inserted / fair_tenant_waiting (end of this file)
+-- and dropped by the claim once nothing waits and pass <= vtime.
+CREATE TABLE fair_tenants (
+    queue      TEXT NOT NULL,
+    tenant_key TEXT NOT NULL,
+    pass       REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, tenant_key)
+) WITHOUT ROWID;
+
+-- A fair claim reads the tenants ahead of vtime in pass order.
+CREATE INDEX fair_tenants_pass ON fair_tenants (queue, pass, tenant_key);
 
 -- Circuit breakers, per task (no row = closed, no failures).
 CREATE TABLE circuits (
@@ -189,3 +213,20 @@ CREATE TABLE job_stat_series (
     buckets      TEXT    NOT NULL,
     PRIMARY KEY (minute, task, queue, status)
 ) WITHOUT ROWID;
+
+-- A job of a fair queue that becomes waiting registers its tenant (0006).
+CREATE TRIGGER fair_tenant_inserted AFTER INSERT ON jobs
+WHEN NEW.state = 'waiting'
+  AND EXISTS (SELECT 1 FROM queues WHERE name = NEW.queue AND fairness IS NOT NULL)
+BEGIN
+    INSERT OR IGNORE INTO fair_tenants (queue, tenant_key)
+    VALUES (NEW.queue, ifnull('=' || NEW.tenant, ''));
+END;
+
+CREATE TRIGGER fair_tenant_waiting AFTER UPDATE OF state ON jobs
+WHEN NEW.state = 'waiting' AND OLD.state <> 'waiting'
+  AND EXISTS (SELECT 1 FROM queues WHERE name = NEW.queue AND fairness IS NOT NULL)
+BEGIN
+    INSERT OR IGNORE INTO fair_tenants (queue, tenant_key)
+    VALUES (NEW.queue, ifnull('=' || NEW.tenant, ''));
+END;
