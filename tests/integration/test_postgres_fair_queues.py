@@ -133,8 +133,9 @@ async def test_many_backends_claiming_at_once_keep_one_rotation(
 
 
 async def _scenario(url: str, seed: int, per_pick: bool) -> tuple[list[list[str]], list[Any]]:
-    """A random fair queue drained by random batches; ``per_pick`` adds an empty
-    plain queue to every claim, which takes the claim's one-pick-at-a-time path."""
+    """A random fair queue and a plain one drained together by random batches;
+    ``per_pick`` adds a cap on a task that has no jobs, which sends the claim
+    down its one-pick-at-a-time path."""
     rnd = random.Random(seed)
     schema = f"t_{uuid.uuid4().hex}"
     backend = await _open(url, schema)
@@ -155,11 +156,18 @@ async def _scenario(url: str, seed: int, per_pick: bool) -> tuple[list[list[str]
             )
             for i in range(rnd.randint(5, 80))
         ]
-        await backend.enqueue_jobs(jobs)
-        queues = [FAIR, "empty"] if per_pick else [FAIR]
+        side = [
+            NewJob(
+                id=f"p{i:04d}", task="t", queue="side", payload=b"{}", priority=rnd.choice([0, 1])
+            )
+            for i in range(rnd.randint(0, 20))
+        ]
+        await backend.enqueue_jobs(jobs + side)
+        caps = {"unrelated": 5} if per_pick else {}
         batches: list[list[str]] = []
         while True:
-            claimed = await backend.claim_jobs(ClaimRequest("w", queues, rnd.randint(1, 12), 30.0))
+            request = ClaimRequest("w", [FAIR, "side"], rnd.randint(1, 12), 30.0, key_limits=caps)
+            claimed = await backend.claim_jobs(request)
             if not claimed.jobs:
                 break
             batches.append(sorted(job.id for job in claimed.jobs))
@@ -185,7 +193,7 @@ async def _scenario(url: str, seed: int, per_pick: bool) -> tuple[list[list[str]
         await _drop(url, schema)
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(10))
 async def test_the_batch_path_and_the_per_pick_path_agree(postgres_url: str, seed: int) -> None:
     batch = await _scenario(postgres_url, seed, per_pick=False)
     per_pick = await _scenario(postgres_url, seed, per_pick=True)

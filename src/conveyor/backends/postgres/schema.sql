@@ -594,8 +594,16 @@ DECLARE
     v_need integer[];
     v_new_ids text[];
     v_new_tasks text[];
-    v_new_ords integer[];
     v_bound float8;
+    v_fq integer;
+    v_new_prio integer[];
+    v_new_run float8[];
+    fs_id text[] := '{}';
+    fs_task text[] := '{}';
+    fs_prio integer[] := '{}';
+    fs_run float8[] := '{}';
+    fs_ord integer[] := '{}';
+    fs_tag float8[] := '{}';
     v_null_pass float8;
     v_tn text[];
     v_ps float8[];
@@ -767,18 +775,19 @@ BEGIN
             f_changed := f_changed || array_fill(false, ARRAY[cardinality(v_tn)]);
         END LOOP;
 
-        IF v_nq = 1 AND NOT v_slow AND cardinality(f_tenant) > 0 THEN
+        v_fq := array_position(v_qs, v_fair_queues[1]);
+        IF NOT v_slow AND cardinality(v_fair_queues) = 1 AND v_fq IS NOT NULL THEN
             -- One fair queue, no cap that binds: the whole batch at once. A
             -- tenant's picks carry the tags e, e + 1/w, ... (e its effective
             -- pass, the sums done one at a time as the rule does); the rule takes
             -- the p_limit smallest (tag, name). A tenant that has fewer claimable
             -- jobs than its share drops out after those, and the shares are
             -- drawn again (each round only adds to the others' shares).
-            f_eff := ARRAY(SELECT greatest(t.pass, v_vt[1])
+            f_eff := ARRAY(SELECT greatest(t.pass, v_vt[v_fq])
                            FROM unnest(f_pass) WITH ORDINALITY AS t(pass, ord) ORDER BY t.ord);
             f_taken := array_fill(0, ARRAY[cardinality(f_tenant)]);
             f_done := array_fill(false, ARRAY[cardinality(f_tenant)]);
-            LOOP
+            WHILE cardinality(f_tenant) > 0 LOOP
                 -- The p_limit-th tag is at most e + p_limit / (sum of weights)
                 -- over the tenants starting at or below e.
                 SELECT min(b.e + p_limit / b.wsum) INTO v_bound FROM (
@@ -803,16 +812,19 @@ BEGIN
                         LIMIT p_limit
                     ) AS g GROUP BY g.ord
                 ) AS n ON n.ord = t.ord;
-                SELECT coalesce(array_agg(x.id), '{}'), coalesce(array_agg(x.task), '{}'),
-                       coalesce(array_agg(t.ord::integer), '{}')
-                INTO v_new_ids, v_new_tasks, v_new_ords
+                SELECT fs_id || coalesce(array_agg(x.id), '{}'),
+                       fs_task || coalesce(array_agg(x.task), '{}'),
+                       fs_prio || coalesce(array_agg(x.priority), '{}'),
+                       fs_run || coalesce(array_agg(x.run_at), '{}'),
+                       fs_ord || coalesce(array_agg(t.ord::integer), '{}')
+                INTO fs_id, fs_task, fs_prio, fs_run, fs_ord
                 FROM unnest(f_tenant, v_need, f_taken, f_done)
                     WITH ORDINALITY AS t(tenant, need, taken, done, ord)
                 CROSS JOIN LATERAL (
-                    SELECT j.id, j.task FROM __schema__.jobs AS j
-                    WHERE j.state = 'waiting' AND j.queue = v_qs[1]
+                    SELECT j.id, j.task, j.priority, j.run_at FROM __schema__.jobs AS j
+                    WHERE j.state = 'waiting' AND j.queue = v_qs[v_fq]
                       AND j.tenant COLLATE "C" = t.tenant AND j.run_at <= v_now
-                      AND j.task <> ALL (v_excluded) AND j.id <> ALL (v_ids)
+                      AND j.task <> ALL (v_excluded) AND j.id <> ALL (fs_id)
                     ORDER BY j.priority DESC, j.run_at, j.id
                     LIMIT t.need - t.taken
                     FOR UPDATE SKIP LOCKED
@@ -820,47 +832,107 @@ BEGIN
                 WHERE NOT t.done AND t.need > t.taken AND t.tenant IS NOT NULL;
                 v_ti := array_position(f_tenant, NULL);
                 IF v_ti IS NOT NULL AND NOT f_done[v_ti] AND v_need[v_ti] > f_taken[v_ti] THEN
-                    SELECT v_new_ids || coalesce(array_agg(x.id), '{}'),
-                           v_new_tasks || coalesce(array_agg(x.task), '{}'),
-                           v_new_ords || array_fill(v_ti, ARRAY[count(*)::integer])
-                    INTO v_new_ids, v_new_tasks, v_new_ords
-                    FROM (SELECT j.id, j.task FROM __schema__.jobs AS j
-                          WHERE j.state = 'waiting' AND j.queue = v_qs[1] AND j.tenant IS NULL
+                    SELECT fs_id || coalesce(array_agg(x.id), '{}'),
+                           fs_task || coalesce(array_agg(x.task), '{}'),
+                           fs_prio || coalesce(array_agg(x.priority), '{}'),
+                           fs_run || coalesce(array_agg(x.run_at), '{}'),
+                           fs_ord || array_fill(v_ti, ARRAY[count(*)::integer])
+                    INTO fs_id, fs_task, fs_prio, fs_run, fs_ord
+                    FROM (SELECT j.id, j.task, j.priority, j.run_at FROM __schema__.jobs AS j
+                          WHERE j.state = 'waiting' AND j.queue = v_qs[v_fq] AND j.tenant IS NULL
                             AND j.run_at <= v_now
-                            AND j.task <> ALL (v_excluded) AND j.id <> ALL (v_ids)
+                            AND j.task <> ALL (v_excluded) AND j.id <> ALL (fs_id)
                           ORDER BY j.priority DESC, j.run_at, j.id
                           LIMIT v_need[v_ti] - f_taken[v_ti]
                           FOR UPDATE SKIP LOCKED) AS x;
                 END IF;
-                v_ids := v_ids || v_new_ids;
-                v_tasks := v_tasks || v_new_tasks;
-                FOREACH k IN ARRAY v_new_ords LOOP
-                    f_taken[k] := f_taken[k] + 1;
-                END LOOP;
+                SELECT array_agg(coalesce(n.n, 0)::integer ORDER BY t.ord) INTO f_taken
+                FROM unnest(f_taken) WITH ORDINALITY AS t(taken, ord)
+                LEFT JOIN (SELECT o.ord, count(*) AS n FROM unnest(fs_ord) AS o(ord) GROUP BY o.ord) AS n
+                    ON n.ord = t.ord;
                 -- Tenants short of their share are out of claimable jobs.
                 SELECT array_agg(t.done OR t.need > t.taken ORDER BY t.ord),
                        bool_or(NOT t.done AND t.need > t.taken)
                 INTO f_done, v_skipped
                 FROM unnest(f_done, v_need, f_taken) WITH ORDINALITY AS t(done, need, taken, ord);
-                EXIT WHEN NOT coalesce(v_skipped, false) OR cardinality(v_ids) >= p_limit;
+                EXIT WHEN NOT v_skipped OR cardinality(fs_id) >= p_limit;
             END LOOP;
-            -- Each tenant's pass after its picks; vtime is the last pick's tag.
-            SELECT array_agg(coalesce(s.pass, t.pass) ORDER BY t.ord),
-                   array_agg(t.taken > 0 ORDER BY t.ord), max(s.last)
-            INTO f_pass, f_changed, v_eff
-            FROM unnest(f_pass, f_taken) WITH ORDINALITY AS t(pass, taken, ord)
-            LEFT JOIN (
-                SELECT u.ord, max(u.tag) FILTER (WHERE u.k = u.taken) AS pass,
-                       max(u.tag) FILTER (WHERE u.k = u.taken - 1) AS last
-                FROM (SELECT t.ord, t.taken, k.k,
-                             sum(CASE WHEN k.k = 0 THEN t.e ELSE 1.0 / t.w END)
-                                 OVER (PARTITION BY t.ord ORDER BY k.k ROWS UNBOUNDED PRECEDING) AS tag
-                      FROM unnest(f_eff, f_weight, f_taken) WITH ORDINALITY AS t(e, w, taken, ord)
-                      CROSS JOIN LATERAL generate_series(0, t.taken) AS k(k)
-                      WHERE t.taken > 0) AS u
-                GROUP BY u.ord
-            ) AS s ON s.ord = t.ord;
-            v_vt[1] := greatest(v_vt[1], v_eff);
+            -- The fair stream in the rule's order: each tenant's jobs in the
+            -- usual order, on its tags.
+            SELECT coalesce(array_agg(s.id ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
+                   coalesce(array_agg(s.task ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
+                   coalesce(array_agg(s.priority ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
+                   coalesce(array_agg(s.run_at ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
+                   coalesce(array_agg(s.ord ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
+                   coalesce(array_agg(s.tag ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}')
+            INTO fs_id, fs_task, fs_prio, fs_run, fs_ord, fs_tag
+            FROM (
+                SELECT x.id, x.task, x.priority, x.run_at, x.ord, t.tenant,
+                       sum(CASE WHEN x.k = 1 THEN t.e ELSE 1.0 / t.w END)
+                           OVER (PARTITION BY x.ord ORDER BY x.k ROWS UNBOUNDED PRECEDING) AS tag
+                FROM (SELECT f.*, row_number() OVER (PARTITION BY f.ord
+                                                     ORDER BY f.priority DESC, f.run_at,
+                                                              f.id COLLATE "C") AS k
+                      FROM unnest(fs_id, fs_task, fs_prio, fs_run, fs_ord)
+                          AS f(id, task, priority, run_at, ord)) AS x
+                JOIN unnest(f_tenant, f_eff, f_weight) WITH ORDINALITY AS t(tenant, e, w, ord)
+                    ON t.ord = x.ord
+            ) AS s;
+            -- The other (plain) queues' candidates in the usual order, merged
+            -- with the fair stream by head.
+            IF v_nq > 1 THEN
+                SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.task), '{}'),
+                       coalesce(array_agg(c.priority), '{}'), coalesce(array_agg(c.run_at), '{}')
+                INTO v_new_ids, v_new_tasks, v_new_prio, v_new_run
+                FROM (
+                    SELECT c.id, c.task, c.priority, c.run_at FROM unnest(v_qs) AS q(name)
+                    CROSS JOIN LATERAL (
+                        SELECT j.id, j.task, j.priority, j.run_at FROM __schema__.jobs AS j
+                        WHERE j.state = 'waiting' AND j.queue = q.name AND j.run_at <= v_now
+                          AND j.task <> ALL (v_excluded)
+                        ORDER BY j.priority DESC, j.run_at, j.id
+                        LIMIT p_limit
+                        FOR UPDATE SKIP LOCKED
+                    ) AS c
+                    WHERE q.name <> v_qs[v_fq]
+                    ORDER BY c.priority DESC, c.run_at, c.id
+                    LIMIT p_limit
+                ) AS c;
+            ELSE
+                v_new_ids := '{}';
+            END IF;
+            i := 1;
+            k := 1;
+            WHILE cardinality(v_ids) < p_limit LOOP
+                IF i <= cardinality(fs_id) AND (k > cardinality(v_new_ids)
+                        OR fs_prio[i] > v_new_prio[k]
+                        OR (fs_prio[i] = v_new_prio[k]
+                            AND (fs_run[i] < v_new_run[k]
+                                 OR (fs_run[i] = v_new_run[k]
+                                     AND fs_id[i] COLLATE "C" < v_new_ids[k] COLLATE "C")))) THEN
+                    v_ids := v_ids || fs_id[i];
+                    v_tasks := v_tasks || fs_task[i];
+                    i := i + 1;
+                ELSIF k <= cardinality(v_new_ids) THEN
+                    v_ids := v_ids || v_new_ids[k];
+                    v_tasks := v_tasks || v_new_tasks[k];
+                    k := k + 1;
+                ELSE
+                    EXIT;
+                END IF;
+            END LOOP;
+            -- The fair picks taken: each tenant's pass is its last tag + 1/w,
+            -- vtime the last pick's tag.
+            IF i > 1 THEN
+                SELECT array_agg(coalesce(s.last + 1.0 / t.w, t.pass) ORDER BY t.ord),
+                       array_agg(s.last IS NOT NULL ORDER BY t.ord)
+                INTO f_pass, f_changed
+                FROM unnest(f_pass, f_weight) WITH ORDINALITY AS t(pass, w, ord)
+                LEFT JOIN (SELECT u.ord, max(u.tag) AS last
+                           FROM unnest(fs_ord[1:i - 1], fs_tag[1:i - 1]) AS u(ord, tag)
+                           GROUP BY u.ord) AS s ON s.ord = t.ord;
+                v_vt[v_fq] := greatest(v_vt[v_fq], fs_tag[i - 1]);
+            END IF;
         ELSE
             -- One job at a time: each queue's head (a fair queue's from the tenant
             -- the rule picks), the best head by the usual key is taken unless a
