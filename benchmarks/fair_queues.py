@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import time
@@ -39,7 +40,15 @@ B_JOBS = 100
 B_GAP = 0.01
 
 
-def build_app(url: str, fair: bool, pickups: list[float]) -> Conveyor:
+class Pickups:
+    """B's pickup delays, and an event set once all of B's jobs ran."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+        self.all_ran = asyncio.Event()
+
+
+def build_app(url: str, fair: bool, pickups: Pickups) -> Conveyor:
     app = Conveyor(url, circuit_threshold=0)
     if fair:
         app.queue(QUEUE, fairness="tenant")
@@ -50,13 +59,15 @@ def build_app(url: str, fair: bool, pickups: list[float]) -> Conveyor:
 
     @app.task("probe")
     async def probe(ctx: JobContext, sent: float) -> None:
-        pickups.append(time.time() - sent)
+        pickups.delays.append(time.time() - sent)
+        if len(pickups.delays) >= B_JOBS:
+            pickups.all_ran.set()
 
     return app
 
 
 async def drain_rate(url: str, fair: bool, jobs: int, tenants: int) -> float:
-    app = build_app(url, fair, [])
+    app = build_app(url, fair, Pickups())
     try:
         items: list[Any] = [("noop", None, {"tenant": f"t{i % tenants:03d}"}) for i in range(jobs)]
         for start in range(0, jobs, 1000):
@@ -74,7 +85,7 @@ async def drain_rate(url: str, fair: bool, jobs: int, tenants: int) -> float:
 async def pickup_p99(url: str, backlog: int) -> tuple[float, int]:
     """B's pickup p99 in seconds, and how many of A's jobs were still waiting
     when B's last job ran (the backlog must outlast B)."""
-    pickups: list[float] = []
+    pickups = Pickups()
     app = build_app(url, True, pickups)
     try:
         items: list[Any] = [("noop", None, {"tenant": "A"})] * backlog
@@ -86,15 +97,14 @@ async def pickup_p99(url: str, backlog: int) -> tuple[float, int]:
         for _ in range(B_JOBS):
             await app.enqueue("probe", {"sent": time.time()}, tenant="B")
             await asyncio.sleep(B_GAP)
-        deadline = time.monotonic() + 60
-        while len(pickups) < B_JOBS and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(pickups.all_ran.wait(), 60)
         left = await app.count_jobs(state="waiting") if backlog else 0
         worker.stop()
         await running
-        if len(pickups) < B_JOBS:
-            raise RuntimeError(f"only {len(pickups)} of B's {B_JOBS} jobs ran")
-        return percentile(pickups, 99), left
+        if len(pickups.delays) < B_JOBS:
+            raise RuntimeError(f"only {len(pickups.delays)} of B's {B_JOBS} jobs ran")
+        return percentile(pickups.delays, 99), left
     finally:
         await app.close()
 
