@@ -569,7 +569,6 @@ DECLARE
     v_nq integer;
     v_is_fair boolean[];
     v_vt float8[];
-    v_weights jsonb;
     h_valid boolean[];
     h_id text[];
     h_task text[];
@@ -588,7 +587,7 @@ DECLARE
     v_eff float8;
     -- The one-fair-queue path: candidates' effective pass, jobs taken, whether
     -- out of claimable jobs; each round's share per tenant and what it fetched.
-    f_eff float8[];
+    f_eff float8[] := '{}';
     f_taken integer[];
     f_done boolean[];
     v_need integer[];
@@ -604,10 +603,10 @@ DECLARE
     fs_run float8[] := '{}';
     fs_ord integer[] := '{}';
     fs_tag float8[] := '{}';
-    v_null_pass float8;
     v_tn text[];
     v_ps float8[];
     v_ws float8[];
+    v_es float8[];
     h record;
 BEGIN
     UPDATE __schema__.jobs SET state = 'waiting'
@@ -738,14 +737,8 @@ BEGIN
         v_vt := array_fill(NULL::float8, ARRAY[v_nq]);
         FOR i IN 1 .. v_nq LOOP
             CONTINUE WHEN v_qs[i] <> ALL (v_fair_queues);
-            SELECT fq.vtime, fq.weights INTO v_eff, v_weights
-            FROM __schema__.queues AS fq WHERE fq.name = v_qs[i];
-            v_vt[i] := v_eff;
-            v_is_fair[i] := true;
             -- Candidates: every tenant with a waiting job (NULL first), its
-            -- stored pass (NULL: at vtime) and weight.
-            SELECT p.pass INTO v_null_pass FROM __schema__.fair_tenants AS p
-            WHERE p.queue = v_qs[i] AND p.tenant IS NULL;
+            -- stored pass (NULL: at vtime), effective pass and weight.
             WITH RECURSIVE t(tenant) AS (
                 SELECT min(j.tenant COLLATE "C") FROM __schema__.jobs AS j
                 WHERE j.state = 'waiting' AND j.queue = v_qs[i]
@@ -760,16 +753,31 @@ BEGIN
                     WHERE j.state = 'waiting' AND j.queue = v_qs[i] AND j.tenant IS NULL)
                 UNION ALL
                 SELECT t.tenant FROM t WHERE t.tenant IS NOT NULL
+            ), q AS (
+                SELECT fq.vtime, fq.weights FROM __schema__.queues AS fq WHERE fq.name = v_qs[i]
+            ), cp AS (
+                SELECT c.tenant,
+                       CASE WHEN c.tenant IS NULL
+                            THEN (SELECT n.pass FROM __schema__.fair_tenants AS n
+                                  WHERE n.queue = v_qs[i] AND n.tenant IS NULL)
+                            ELSE p.pass END AS pass
+                FROM c LEFT JOIN __schema__.fair_tenants AS p
+                    ON p.queue = v_qs[i] AND p.tenant = c.tenant
             )
-            SELECT coalesce(array_agg(c.tenant), '{}'),
-                   coalesce(array_agg(CASE WHEN c.tenant IS NULL THEN v_null_pass ELSE p.pass END), '{}'),
-                   coalesce(array_agg(coalesce((v_weights ->> c.tenant)::float8, 1.0)), '{}')
-            INTO v_tn, v_ps, v_ws
-            FROM c LEFT JOIN __schema__.fair_tenants AS p
-                ON p.queue = v_qs[i] AND p.tenant = c.tenant;
+            SELECT (SELECT q.vtime FROM q),
+                   coalesce(array_agg(cp.tenant), '{}'),
+                   coalesce(array_agg(cp.pass), '{}'),
+                   coalesce(array_agg(greatest(cp.pass, (SELECT q.vtime FROM q))), '{}'),
+                   coalesce(array_agg(coalesce(((SELECT q.weights FROM q) ->> cp.tenant)::float8, 1.0)),
+                            '{}')
+            INTO v_eff, v_tn, v_ps, v_es, v_ws
+            FROM cp;
+            v_vt[i] := v_eff;
+            v_is_fair[i] := true;
             f_qi := f_qi || array_fill(i, ARRAY[cardinality(v_tn)]);
             f_tenant := f_tenant || v_tn;
             f_pass := f_pass || v_ps;
+            f_eff := f_eff || v_es;
             f_weight := f_weight || v_ws;
             f_alive := f_alive || array_fill(true, ARRAY[cardinality(v_tn)]);
             f_changed := f_changed || array_fill(false, ARRAY[cardinality(v_tn)]);
@@ -783,35 +791,38 @@ BEGIN
             -- the p_limit smallest (tag, name). A tenant that has fewer claimable
             -- jobs than its share drops out after those, and the shares are
             -- drawn again (each round only adds to the others' shares).
-            f_eff := ARRAY(SELECT greatest(t.pass, v_vt[v_fq])
-                           FROM unnest(f_pass) WITH ORDINALITY AS t(pass, ord) ORDER BY t.ord);
             f_taken := array_fill(0, ARRAY[cardinality(f_tenant)]);
             f_done := array_fill(false, ARRAY[cardinality(f_tenant)]);
             WHILE cardinality(f_tenant) > 0 LOOP
-                -- The p_limit-th tag is at most e + p_limit / (sum of weights)
-                -- over the tenants starting at or below e.
-                SELECT min(b.e + p_limit / b.wsum) INTO v_bound FROM (
-                    SELECT t.e, sum(t.w) OVER (ORDER BY t.e, t.ord ROWS UNBOUNDED PRECEDING) AS wsum
-                    FROM unnest(f_eff, f_weight, f_done) WITH ORDINALITY AS t(e, w, done, ord)
-                    WHERE NOT t.done) AS b;
-                SELECT array_agg(coalesce(n.n, 0)::integer ORDER BY t.ord) INTO v_need
-                FROM unnest(f_eff) WITH ORDINALITY AS t(e, ord)
-                LEFT JOIN (
+                -- Each tenant's share: its tags among the p_limit smallest. The
+                -- p_limit-th tag is at most e + p_limit / (sum of the weights of
+                -- the tenants starting at or below e), which bounds each
+                -- tenant's tags to generate.
+                WITH b AS (
+                    SELECT min(b.e + p_limit / b.wsum) AS bound FROM (
+                        SELECT t.e, sum(t.w) OVER (ORDER BY t.e, t.ord ROWS UNBOUNDED PRECEDING) AS wsum
+                        FROM unnest(f_eff, f_weight, f_done) WITH ORDINALITY AS t(e, w, done, ord)
+                        WHERE NOT t.done) AS b
+                ), tags AS (
+                    SELECT t.ord, t.tenant,
+                           sum(CASE WHEN k.k = 0 THEN t.e ELSE 1.0 / t.w END)
+                               OVER (PARTITION BY t.ord ORDER BY k.k ROWS UNBOUNDED PRECEDING) AS tag
+                    FROM unnest(f_tenant, f_eff, f_weight, f_done, f_taken)
+                        WITH ORDINALITY AS t(tenant, e, w, done, taken, ord)
+                    CROSS JOIN b
+                    CROSS JOIN LATERAL generate_series(0, CASE WHEN t.done THEN t.taken - 1
+                        ELSE least(p_limit - 1.0, floor((b.bound - t.e) * t.w) + 1.0)::integer
+                        END) AS k(k)
+                ), n AS (
                     SELECT g.ord, count(*) AS n FROM (
-                        SELECT x.ord FROM (
-                            SELECT t.ord, t.tenant,
-                                   sum(CASE WHEN k.k = 0 THEN t.e ELSE 1.0 / t.w END)
-                                       OVER (PARTITION BY t.ord ORDER BY k.k ROWS UNBOUNDED PRECEDING) AS tag
-                            FROM unnest(f_tenant, f_eff, f_weight, f_done, f_taken)
-                                WITH ORDINALITY AS t(tenant, e, w, done, taken, ord)
-                            CROSS JOIN LATERAL generate_series(0, CASE WHEN t.done THEN t.taken - 1
-                                ELSE least(p_limit - 1.0, floor((v_bound - t.e) * t.w) + 1.0)::integer
-                                END) AS k(k)
-                        ) AS x
-                        ORDER BY x.tag, x.tenant COLLATE "C" NULLS FIRST
+                        SELECT tags.ord FROM tags
+                        ORDER BY tags.tag, tags.tenant COLLATE "C" NULLS FIRST
                         LIMIT p_limit
                     ) AS g GROUP BY g.ord
-                ) AS n ON n.ord = t.ord;
+                )
+                SELECT array_agg(coalesce(n.n, 0)::integer ORDER BY t.ord) INTO v_need
+                FROM unnest(f_eff) WITH ORDINALITY AS t(e, ord)
+                LEFT JOIN n ON n.ord = t.ord;
                 SELECT fs_id || coalesce(array_agg(x.id), '{}'),
                        fs_task || coalesce(array_agg(x.task), '{}'),
                        fs_prio || coalesce(array_agg(x.priority), '{}'),
@@ -846,40 +857,18 @@ BEGIN
                           LIMIT v_need[v_ti] - f_taken[v_ti]
                           FOR UPDATE SKIP LOCKED) AS x;
                 END IF;
-                SELECT array_agg(coalesce(n.n, 0)::integer ORDER BY t.ord) INTO f_taken
-                FROM unnest(f_taken) WITH ORDINALITY AS t(taken, ord)
+                -- Tenants short of their share are out of claimable jobs.
+                SELECT array_agg(coalesce(n.n, 0)::integer ORDER BY t.ord),
+                       array_agg(t.done OR t.need > coalesce(n.n, 0) ORDER BY t.ord),
+                       bool_or(NOT t.done AND t.need > coalesce(n.n, 0))
+                INTO f_taken, f_done, v_skipped
+                FROM unnest(f_done, v_need) WITH ORDINALITY AS t(done, need, ord)
                 LEFT JOIN (SELECT o.ord, count(*) AS n FROM unnest(fs_ord) AS o(ord) GROUP BY o.ord) AS n
                     ON n.ord = t.ord;
-                -- Tenants short of their share are out of claimable jobs.
-                SELECT array_agg(t.done OR t.need > t.taken ORDER BY t.ord),
-                       bool_or(NOT t.done AND t.need > t.taken)
-                INTO f_done, v_skipped
-                FROM unnest(f_done, v_need, f_taken) WITH ORDINALITY AS t(done, need, taken, ord);
                 EXIT WHEN NOT v_skipped OR cardinality(fs_id) >= p_limit;
             END LOOP;
-            -- The fair stream in the rule's order: each tenant's jobs in the
-            -- usual order, on its tags.
-            SELECT coalesce(array_agg(s.id ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
-                   coalesce(array_agg(s.task ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
-                   coalesce(array_agg(s.priority ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
-                   coalesce(array_agg(s.run_at ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
-                   coalesce(array_agg(s.ord ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
-                   coalesce(array_agg(s.tag ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}')
-            INTO fs_id, fs_task, fs_prio, fs_run, fs_ord, fs_tag
-            FROM (
-                SELECT x.id, x.task, x.priority, x.run_at, x.ord, t.tenant,
-                       sum(CASE WHEN x.k = 1 THEN t.e ELSE 1.0 / t.w END)
-                           OVER (PARTITION BY x.ord ORDER BY x.k ROWS UNBOUNDED PRECEDING) AS tag
-                FROM (SELECT f.*, row_number() OVER (PARTITION BY f.ord
-                                                     ORDER BY f.priority DESC, f.run_at,
-                                                              f.id COLLATE "C") AS k
-                      FROM unnest(fs_id, fs_task, fs_prio, fs_run, fs_ord)
-                          AS f(id, task, priority, run_at, ord)) AS x
-                JOIN unnest(f_tenant, f_eff, f_weight) WITH ORDINALITY AS t(tenant, e, w, ord)
-                    ON t.ord = x.ord
-            ) AS s;
-            -- The other (plain) queues' candidates in the usual order, merged
-            -- with the fair stream by head.
+            -- The other (plain) queues' candidates, in the usual order.
+            v_new_ids := '{}';
             IF v_nq > 1 THEN
                 SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.task), '{}'),
                        coalesce(array_agg(c.priority), '{}'), coalesce(array_agg(c.run_at), '{}')
@@ -898,40 +887,82 @@ BEGIN
                     ORDER BY c.priority DESC, c.run_at, c.id
                     LIMIT p_limit
                 ) AS c;
-            ELSE
-                v_new_ids := '{}';
             END IF;
-            i := 1;
-            k := 1;
-            WHILE cardinality(v_ids) < p_limit LOOP
-                IF i <= cardinality(fs_id) AND (k > cardinality(v_new_ids)
-                        OR fs_prio[i] > v_new_prio[k]
-                        OR (fs_prio[i] = v_new_prio[k]
-                            AND (fs_run[i] < v_new_run[k]
-                                 OR (fs_run[i] = v_new_run[k]
-                                     AND fs_id[i] COLLATE "C" < v_new_ids[k] COLLATE "C")))) THEN
-                    v_ids := v_ids || fs_id[i];
-                    v_tasks := v_tasks || fs_task[i];
-                    i := i + 1;
-                ELSIF k <= cardinality(v_new_ids) THEN
-                    v_ids := v_ids || v_new_ids[k];
-                    v_tasks := v_tasks || v_new_tasks[k];
-                    k := k + 1;
-                ELSE
-                    EXIT;
-                END IF;
-            END LOOP;
-            -- The fair picks taken: each tenant's pass is its last tag + 1/w,
-            -- vtime the last pick's tag.
-            IF i > 1 THEN
+            IF cardinality(v_new_ids) = 0 THEN
+                -- Every fair pick is taken: each tenant's pass is its last tag
+                -- + 1/w, vtime the last pick's tag.
+                v_ids := fs_id;
+                v_tasks := fs_task;
+            END IF;
+            IF cardinality(v_new_ids) = 0 AND cardinality(fs_id) > 0 THEN
                 SELECT array_agg(coalesce(s.last + 1.0 / t.w, t.pass) ORDER BY t.ord),
-                       array_agg(s.last IS NOT NULL ORDER BY t.ord)
-                INTO f_pass, f_changed
+                       array_agg(s.last IS NOT NULL ORDER BY t.ord), max(s.last)
+                INTO f_pass, f_changed, v_eff
                 FROM unnest(f_pass, f_weight) WITH ORDINALITY AS t(pass, w, ord)
-                LEFT JOIN (SELECT u.ord, max(u.tag) AS last
-                           FROM unnest(fs_ord[1:i - 1], fs_tag[1:i - 1]) AS u(ord, tag)
-                           GROUP BY u.ord) AS s ON s.ord = t.ord;
-                v_vt[v_fq] := greatest(v_vt[v_fq], fs_tag[i - 1]);
+                LEFT JOIN (
+                    SELECT u.ord, max(u.tag) AS last
+                    FROM (SELECT t.ord, sum(CASE WHEN k.k = 1 THEN t.e ELSE 1.0 / t.w END)
+                                     OVER (PARTITION BY t.ord ORDER BY k.k ROWS UNBOUNDED PRECEDING) AS tag
+                          FROM unnest(f_eff, f_weight, f_taken) WITH ORDINALITY AS t(e, w, taken, ord)
+                          CROSS JOIN LATERAL generate_series(1, t.taken) AS k(k)) AS u
+                    GROUP BY u.ord
+                ) AS s ON s.ord = t.ord;
+                v_vt[v_fq] := greatest(v_vt[v_fq], v_eff);
+            ELSIF cardinality(v_new_ids) > 0 THEN
+                -- The fair stream in the rule's order (each tenant's jobs in the
+                -- usual order, on its tags), merged with the plain candidates by
+                -- head; only the fair picks taken move passes and vtime.
+                SELECT coalesce(array_agg(s.id ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
+                       coalesce(array_agg(s.task ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
+                       coalesce(array_agg(s.priority ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
+                       coalesce(array_agg(s.run_at ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
+                       coalesce(array_agg(s.ord ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}'),
+                       coalesce(array_agg(s.tag ORDER BY s.tag, s.tenant COLLATE "C" NULLS FIRST), '{}')
+                INTO fs_id, fs_task, fs_prio, fs_run, fs_ord, fs_tag
+                FROM (
+                    SELECT x.id, x.task, x.priority, x.run_at, x.ord, t.tenant,
+                           sum(CASE WHEN x.k = 1 THEN t.e ELSE 1.0 / t.w END)
+                               OVER (PARTITION BY x.ord ORDER BY x.k ROWS UNBOUNDED PRECEDING) AS tag
+                    FROM (SELECT f.*, row_number() OVER (PARTITION BY f.ord
+                                                         ORDER BY f.priority DESC, f.run_at,
+                                                                  f.id COLLATE "C") AS k
+                          FROM unnest(fs_id, fs_task, fs_prio, fs_run, fs_ord)
+                              AS f(id, task, priority, run_at, ord)) AS x
+                    JOIN unnest(f_tenant, f_eff, f_weight) WITH ORDINALITY AS t(tenant, e, w, ord)
+                        ON t.ord = x.ord
+                ) AS s;
+                i := 1;
+                k := 1;
+                WHILE cardinality(v_ids) < p_limit LOOP
+                    IF i <= cardinality(fs_id) AND (k > cardinality(v_new_ids)
+                            OR fs_prio[i] > v_new_prio[k]
+                            OR (fs_prio[i] = v_new_prio[k]
+                                AND (fs_run[i] < v_new_run[k]
+                                     OR (fs_run[i] = v_new_run[k]
+                                         AND fs_id[i] COLLATE "C" < v_new_ids[k] COLLATE "C")))) THEN
+                        v_ids := v_ids || fs_id[i];
+                        v_tasks := v_tasks || fs_task[i];
+                        i := i + 1;
+                    ELSIF k <= cardinality(v_new_ids) THEN
+                        v_ids := v_ids || v_new_ids[k];
+                        v_tasks := v_tasks || v_new_tasks[k];
+                        k := k + 1;
+                    ELSE
+                        EXIT;
+                    END IF;
+                END LOOP;
+                -- Each tenant's pass is its last tag taken + 1/w, vtime the
+                -- last fair pick's tag.
+                IF i > 1 THEN
+                    SELECT array_agg(coalesce(s.last + 1.0 / t.w, t.pass) ORDER BY t.ord),
+                           array_agg(s.last IS NOT NULL ORDER BY t.ord)
+                    INTO f_pass, f_changed
+                    FROM unnest(f_pass, f_weight) WITH ORDINALITY AS t(pass, w, ord)
+                    LEFT JOIN (SELECT u.ord, max(u.tag) AS last
+                               FROM unnest(fs_ord[1:i - 1], fs_tag[1:i - 1]) AS u(ord, tag)
+                               GROUP BY u.ord) AS s ON s.ord = t.ord;
+                    v_vt[v_fq] := greatest(v_vt[v_fq], fs_tag[i - 1]);
+                END IF;
             END IF;
         ELSE
             -- One job at a time: each queue's head (a fair queue's from the tenant
@@ -1082,26 +1113,26 @@ BEGIN
         -- claim deleting and inserting rows would leave a trail of dead ones).
         FOR i IN 1 .. v_nq LOOP
             CONTINUE WHEN NOT v_is_fair[i];
-            CONTINUE WHEN NOT EXISTS (
-                SELECT 1 FROM unnest(f_qi, f_changed) AS t(qi, changed) WHERE t.qi = i AND t.changed);
-            UPDATE __schema__.queues AS fq SET vtime = v_vt[i] WHERE fq.name = v_qs[i];
-            INSERT INTO __schema__.fair_tenants AS p (queue, tenant, pass)
-            SELECT v_qs[i], t.tenant, t.pass
-            FROM unnest(f_qi, f_tenant, f_pass, f_changed) AS t(qi, tenant, pass, changed)
-            WHERE t.qi = i AND t.changed AND t.tenant IS NOT NULL
-            ORDER BY t.tenant
-            ON CONFLICT (queue, tenant) DO UPDATE SET pass = excluded.pass;
-            SELECT t.pass INTO v_eff
-            FROM unnest(f_qi, f_tenant, f_pass, f_changed) AS t(qi, tenant, pass, changed)
-            WHERE t.qi = i AND t.changed AND t.tenant IS NULL;
-            IF FOUND THEN
-                UPDATE __schema__.fair_tenants AS p SET pass = v_eff
-                WHERE p.queue = v_qs[i] AND p.tenant IS NULL;
-                IF NOT FOUND THEN
-                    INSERT INTO __schema__.fair_tenants (queue, tenant, pass)
-                    VALUES (v_qs[i], NULL, v_eff);
-                END IF;
-            END IF;
+            WITH ch AS (
+                SELECT t.tenant, t.pass
+                FROM unnest(f_qi, f_tenant, f_pass, f_changed) AS t(qi, tenant, pass, changed)
+                WHERE t.qi = i AND t.changed
+            ), v AS (
+                UPDATE __schema__.queues AS fq SET vtime = v_vt[i]
+                WHERE fq.name = v_qs[i] AND EXISTS (SELECT 1 FROM ch)
+            ), named AS (
+                INSERT INTO __schema__.fair_tenants AS p (queue, tenant, pass)
+                SELECT v_qs[i], ch.tenant, ch.pass FROM ch WHERE ch.tenant IS NOT NULL
+                ORDER BY ch.tenant
+                ON CONFLICT (queue, tenant) DO UPDATE SET pass = excluded.pass
+            ), unnamed AS (
+                UPDATE __schema__.fair_tenants AS p SET pass = ch.pass FROM ch
+                WHERE ch.tenant IS NULL AND p.queue = v_qs[i] AND p.tenant IS NULL
+                RETURNING 1
+            )
+            INSERT INTO __schema__.fair_tenants (queue, tenant, pass)
+            SELECT v_qs[i], NULL, ch.pass FROM ch
+            WHERE ch.tenant IS NULL AND NOT EXISTS (SELECT 1 FROM unnamed);
         END LOOP;
     ELSIF NOT v_slow THEN
         SELECT coalesce(array_agg(c.id), '{}'), coalesce(array_agg(c.task), '{}')
