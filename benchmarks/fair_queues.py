@@ -8,9 +8,12 @@ redis-server), two measurements, medians of ``--repeat``:
   queue with ``fairness="tenant"`` and once on the same queue plain. Prints both
   drain rates and their ratio, fair/plain (target >= 0.85).
 - **pickup**: a worker at concurrency 20 runs; tenant A has ``--backlog``
-  no-op jobs waiting on a fair queue while tenant B enqueues 100 jobs 10 ms
-  apart. Prints B's pickup p99 (enqueue to handler start) with A's backlog and
-  with none, and their ratio (target <= 2).
+  jobs of ``--a-ms`` ms waiting on a fair queue while tenant B enqueues 100
+  no-op jobs 10 ms apart. Prints B's pickup p99 (enqueue to handler start) with
+  A's backlog and with none, and their ratio (target <= 2).
+
+The fair and plain drains of a repetition run in turns (which goes first
+alternates), so a change in the machine's load weighs on both.
 
     .venv/bin/python benchmarks/fair_queues.py --stores postgres --repeat 3
 
@@ -57,6 +60,10 @@ def build_app(url: str, fair: bool, pickups: Pickups) -> Conveyor:
     async def noop(ctx: JobContext) -> None:
         return None
 
+    @app.task("work")
+    async def work(ctx: JobContext, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
     @app.task("probe")
     async def probe(ctx: JobContext, sent: float) -> None:
         pickups.delays.append(time.time() - sent)
@@ -82,13 +89,13 @@ async def drain_rate(url: str, fair: bool, jobs: int, tenants: int) -> float:
         await app.close()
 
 
-async def pickup_p99(url: str, backlog: int) -> tuple[float, int]:
+async def pickup_p99(url: str, backlog: int, a_seconds: float) -> tuple[float, int]:
     """B's pickup p99 in seconds, and how many of A's jobs were still waiting
     when B's last job ran (the backlog must outlast B)."""
     pickups = Pickups()
     app = build_app(url, True, pickups)
     try:
-        items: list[Any] = [("noop", None, {"tenant": "A"})] * backlog
+        items: list[Any] = [("work", {"seconds": a_seconds}, {"tenant": "A"})] * backlog
         for start in range(0, backlog, 5000):
             await app.enqueue_many(items[start : start + 5000])
         worker = app.worker(concurrency=20, install_signals=False)
@@ -118,16 +125,17 @@ def measure(store: str, args: argparse.Namespace) -> None:
     redis = RedisStore() if store == "redis" else None
     try:
         for repetition in range(args.repeat):
-            with fresh_url(store, f"fair{repetition}", redis) as url:
-                fair.append(asyncio.run(drain_rate(url, True, args.jobs, args.tenants)))
-            with fresh_url(store, f"plain{repetition}", redis) as url:
-                plain.append(asyncio.run(drain_rate(url, False, args.jobs, args.tenants)))
+            for is_fair in (True, False) if repetition % 2 == 0 else (False, True):
+                with fresh_url(store, f"drain{is_fair}{repetition}", redis) as url:
+                    rate = asyncio.run(drain_rate(url, is_fair, args.jobs, args.tenants))
+                    (fair if is_fair else plain).append(rate)
+            a_seconds = args.a_ms / 1000
             with fresh_url(store, f"backlog{repetition}", redis) as url:
-                p99, waiting = asyncio.run(pickup_p99(url, args.backlog))
+                p99, waiting = asyncio.run(pickup_p99(url, args.backlog, a_seconds))
                 loaded.append(p99)
                 left.append(waiting)
             with fresh_url(store, f"idle{repetition}", redis) as url:
-                idle.append(asyncio.run(pickup_p99(url, 0))[0])
+                idle.append(asyncio.run(pickup_p99(url, 0, a_seconds))[0])
     finally:
         if redis is not None:
             redis.close()
@@ -151,12 +159,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--tenants", type=int, default=100)
     parser.add_argument("--backlog", type=int, default=50_000)
+    parser.add_argument("--a-ms", type=float, default=10.0, help="each of A's jobs, ms")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--stores", default="sqlite,postgres,redis")
     args = parser.parse_args()
     print(
         f"drain: {args.jobs} no-op jobs over {args.tenants} tenants at -c 50, fair vs plain; "
-        f"pickup: A {args.backlog} waiting, B {B_JOBS} jobs {B_GAP * 1000:.0f} ms apart "
+        f"pickup: A {args.backlog} waiting ({args.a_ms:g} ms each), "
+        f"B {B_JOBS} jobs {B_GAP * 1000:.0f} ms apart "
         f"at -c 20; medians of {args.repeat}"
     )
     for store in args.stores.split(","):
