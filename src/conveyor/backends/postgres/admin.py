@@ -4,6 +4,7 @@ NOTIFY, in the same transaction; the caller wakes this process's waiters."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from conveyor.backends.base import (
@@ -103,8 +104,15 @@ async def purge_jobs(pool: Pool, q: Queries, where: JobFilter) -> int:
 
 
 async def configure_queue(pool: Pool, q: Queries, info: QueueInfo) -> None:
-    # fairness and weights are stored by the fair-queue migration (0007)
-    await pool.execute("configure queue", q.configure_queue, info.name, info.max_size, info.ttl)
+    await pool.execute(
+        "configure queue",
+        q.configure_queue,
+        info.name,
+        info.max_size,
+        info.ttl,
+        info.fairness,
+        json.dumps(info.weights),
+    )
 
 
 async def set_queue_paused(pool: Pool, q: Queries, name: str, paused: bool) -> None:

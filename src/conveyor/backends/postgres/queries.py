@@ -82,6 +82,7 @@ class Queries:
     delete_workflows: LiteralString
     prune_keys: LiteralString
     prune_rate_starts: LiteralString
+    prune_fair_passes: LiteralString
     configure_queue: LiteralString
     tenant_counts: LiteralString
     set_queue_paused: LiteralString

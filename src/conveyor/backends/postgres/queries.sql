@@ -210,7 +210,8 @@ WHERE finished_at IS NOT NULL AND state IN ('completed', 'failed', 'cancelled')
 GROUP BY state, queue;
 
 -- name: queue_rows
-SELECT name, paused, max_size, ttl FROM __schema__.queues ORDER BY name;
+-- weights as JSON text (tenant -> weight).
+SELECT name, paused, max_size, ttl, fairness, weights::text FROM __schema__.queues ORDER BY name;
 
 -- name: oldest_waiting
 SELECT queue, min(run_at)
@@ -483,23 +484,40 @@ WHERE expires_at <= extract(epoch FROM clock_timestamp())::float8;
 DELETE FROM __schema__.rate_starts
 WHERE at <= extract(epoch FROM clock_timestamp())::float8 - period;
 
+-- name: prune_fair_passes
+-- Passes at or below their queue's vtime: a claim clamps them to vtime anyway.
+DELETE FROM __schema__.fair_tenants AS p
+USING __schema__.queues AS q
+WHERE q.name = p.queue AND p.pass <= q.vtime;
+
 
 -- ---------------------------------------------------------------- queues --
 
 -- name: configure_queue
-INSERT INTO __schema__.queues (name, max_size, ttl)
-VALUES ($1::text, $2::integer, $3::float8)
-ON CONFLICT (name) DO UPDATE SET max_size = excluded.max_size, ttl = excluded.ttl;
+-- Limits and fairness ($5: weights as JSON text); paused and vtime are kept.
+INSERT INTO __schema__.queues (name, max_size, ttl, fairness, weights)
+VALUES ($1::text, $2::integer, $3::float8, $4::text, $5::text::jsonb)
+ON CONFLICT (name) DO UPDATE SET
+    max_size = excluded.max_size, ttl = excluded.ttl,
+    fairness = excluded.fairness, weights = excluded.weights;
 
 -- name: tenant_counts
--- Waiting (+ delayed) and active jobs per tenant of one queue, most waiting first.
-SELECT tenant,
-       (count(*) FILTER (WHERE state IN ('waiting', 'delayed')))::int AS waiting,
-       (count(*) FILTER (WHERE state = 'active'))::int AS active
-FROM __schema__.jobs
-WHERE queue = $1::text AND state IN ('waiting', 'delayed', 'active')
-GROUP BY tenant
-ORDER BY waiting DESC, active DESC, tenant NULLS FIRST
+-- Waiting (+ delayed) and active jobs per tenant of one queue: most waiting
+-- first, then most active, then by name (bytewise, NULL first). Each state
+-- from its own partial index.
+SELECT c.tenant, sum(c.waiting)::integer AS waiting, sum(c.active)::integer AS active
+FROM (
+    SELECT j.tenant, count(*) AS waiting, 0 AS active FROM __schema__.jobs AS j
+    WHERE j.state = 'waiting' AND j.queue = $1::text GROUP BY j.tenant
+    UNION ALL
+    SELECT j.tenant, count(*), 0 FROM __schema__.jobs AS j
+    WHERE j.state = 'delayed' AND j.queue = $1::text GROUP BY j.tenant
+    UNION ALL
+    SELECT j.tenant, 0, count(*) FROM __schema__.jobs AS j
+    WHERE j.state = 'active' AND j.queue = $1::text GROUP BY j.tenant
+) AS c
+GROUP BY c.tenant
+ORDER BY waiting DESC, active DESC, c.tenant COLLATE "C" NULLS FIRST
 LIMIT $2::integer;
 
 -- name: set_queue_paused

@@ -3,6 +3,7 @@ themselves; one statement each (two for the queue views, on one connection)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,8 +71,15 @@ async def oldest_waiting(pool: Pool, q: Queries) -> dict[str, float]:
 async def list_queues(pool: Pool, q: Queries) -> list[QueueInfo]:
     async with pool.acquire("list queues") as conn:
         queues = {
-            name: QueueInfo(name=name, paused=paused, max_size=max_size, ttl=ttl)
-            for name, paused, max_size, ttl in await conn.fetch(q.queue_rows)
+            name: QueueInfo(
+                name=name,
+                paused=paused,
+                max_size=max_size,
+                ttl=ttl,
+                fairness=fairness,
+                weights={str(t): float(w) for t, w in json.loads(weights).items()},
+            )
+            for name, paused, max_size, ttl, fairness, weights in await conn.fetch(q.queue_rows)
         }
         for (queue,) in await conn.fetch(q.queue_names_with_jobs):
             if queue not in queues:
