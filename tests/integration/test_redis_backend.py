@@ -195,6 +195,11 @@ async def test_wait_mode_acknowledges_with_a_real_replica(tmp_path: Path) -> Non
             (job,) = await backend.enqueue_jobs(_jobs(1))
             copy = redis.Redis(port=replica.port)
             assert copy.hget(backend.keys.job(job.id), "t") == b"t"
+            # A server that forgot the scripts (a promoted replica, a restart):
+            # WAIT mode loads them again too.
+            client.script_flush()
+            (again,) = await backend.enqueue_jobs(_jobs(1))
+            assert copy.hget(backend.keys.job(again.id), "t") == b"t"
             await backend.close()
 
 

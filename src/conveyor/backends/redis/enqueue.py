@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgpack
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError
 
 from conveyor import serialization
 from conveyor.backends import base
@@ -166,7 +166,8 @@ async def _enqueue_call(conn: RedisConnection, keys: list[str], argv: list[Any])
             pipe.evalsha(sha, *rest)
             pipe.execute_command("WAIT", replicas, timeout_ms)
             reply, acked = await pipe.execute(raise_on_error=False)
-            if isinstance(reply, ResponseError) and "NOSCRIPT" in str(reply) and attempt == 1:
+            # redis-py strips the NOSCRIPT code from the message: test the type.
+            if isinstance(reply, NoScriptError) and attempt == 1:
                 await runner.load_all()
                 continue
             break
