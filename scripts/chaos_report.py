@@ -48,14 +48,26 @@ hand; run the script again.
 """
 
 FOOTER = """
+## Notes
+
+- Clock: SQLite has no clock rows. Its store stamps leases and delays with
+  the writing process's own clock, so a worker an hour ahead does take a
+  normal worker's leases, and a step of the host's clock moves every lease and
+  delay of the file at once (see G11's limits). PostgreSQL and Redis stamp
+  with the server's clock: the skew rows run a worker an hour off, the jump
+  rows step one worker's wall clock (libfaketime's timestamp file, monotonic
+  clock untouched) +1h, -1h and back while it runs jobs.
+- Redis failover: the primary's host fails (the primary SIGKILLed, and the
+  replication stream still on the link to the replica, which lags 20 ms,
+  dropped); the test promotes the replica (`REPLICAOF NO ONE`) as Sentinel
+  would, and the clients follow it through a proxy. Without WAIT mode the
+  enqueues acknowledged in the lag before the kill can be lost, and are
+  counted; with `wait_replicas=1` none may be.
+
 ## Not covered yet
 
-These faults from the reliability plan have no test in this report yet:
-clock jumps while a worker runs (a skew is covered: a worker an hour off
-under libfaketime), Redis primary failover, and partitions that cut a
-producer or the store's replicas off (a worker cut off is covered). SQLite
-has no clock-skew row: its store stamps with the writing process's clock, so
-a worker an hour ahead does take a normal worker's leases (see G11's limits).
+Partitions that cut a producer or the store's replicas off (a worker cut off
+is covered), and a Redis failover that Sentinel itself runs.
 
 See [the guarantees](explanation/guarantees.md) for what each G-number promises.
 """
