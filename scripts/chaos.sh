@@ -3,7 +3,9 @@
 #   1. every chaos test (tests/integration/test_chaos_*.py) as CI runs them (quick);
 #   2. the long variants (CONVEYOR_CHAOS_LONG=1: a minute or more of repeated
 #      worker kills per store, alone and under --processes; six restarts of a
-#      private Redis and PostgreSQL under 3,000 idempotency keys);
+#      private Redis and PostgreSQL under 3,000 idempotency keys; three Redis
+#      failovers under 8,000 keys; the per-key cap and the debounce storm at
+#      twice and six times their CI sizes);
 #   3. docs/reliability.md from the figures the tests wrote. A failing row, or a
 #      failing test, fails the script.
 #
@@ -48,7 +50,8 @@ run_fg "$PY" -m pytest -q -p no:cacheprovider -ra tests/integration/test_chaos_*
 if [[ -z "$quick" ]]; then
     log "chaos tests, long variants (${CONVEYOR_CHAOS_SECONDS:-60}s of kills each)"
     CONVEYOR_CHAOS_LONG=1 run_fg "$PY" -m pytest -q -p no:cacheprovider -ra \
-        tests/integration/test_chaos_kills.py tests/integration/test_chaos_restarts.py || rc=$?
+        tests/integration/test_chaos_kills.py tests/integration/test_chaos_restarts.py \
+        tests/integration/test_chaos_failover.py tests/integration/test_chaos_flow.py || rc=$?
 fi
 
 log "docs/reliability.md"

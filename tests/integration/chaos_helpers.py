@@ -381,15 +381,18 @@ def report(
     bound: int,
     passed: bool,
     note: str = "",
+    lost_bound: int = 0,
 ) -> None:
     """Append one row of figures to ``$CONVEYOR_CHAOS_REPORT`` (when set).
 
     Called before the test's assertions, so a failing run still leaves its row
-    (marked failed) for the report."""
+    (marked failed) for the report. ``lost_bound`` is 0 but for a fault whose
+    loss the row measures (a Redis failover without WAIT mode)."""
     path = os.environ.get(REPORT_ENV)
     print(
         f"\n{fault} on {store}: {jobs} jobs, {faults} faults, {lost} lost, "
         f"{duplicated} duplicated (bound {bound}){' ' + note if note else ''}"
+        + (f" (lost bound {lost_bound})" if lost_bound else "")
     )
     if not path:
         return
@@ -399,6 +402,7 @@ def report(
         "jobs": jobs,
         "faults": faults,
         "lost": lost,
+        "lost_bound": lost_bound,
         "duplicated": duplicated,
         "bound": bound,
         "passed": passed,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -196,7 +197,44 @@ async def test_wait_mode_acknowledges_with_a_real_replica(tmp_path: Path) -> Non
             (job,) = await backend.enqueue_jobs(_jobs(1))
             copy = redis.Redis(port=replica.port)
             assert copy.hget(backend.keys.job(job.id), "t") == b"t"
+            # A server that forgot the scripts (a promoted replica, a restart):
+            # WAIT mode loads them again too.
+            client.script_flush()
+            (again,) = await backend.enqueue_jobs(_jobs(1))
+            assert copy.hget(backend.keys.job(again.id), "t") == b"t"
             await backend.close()
+
+
+async def test_wait_mode_confirms_a_duplicate_answer_too(tmp_path: Path) -> None:
+    """A retry after NotReplicated, from another connection, is answered with
+    the job stored before: it must wait for that job to reach a replica as well
+    (the duplicate answer writes nothing of its own to wait for)."""
+    with RedisServer(tmp_path / "primary", ["--repl-diskless-sync-delay", "0"]) as primary:
+        replica = RedisServer(tmp_path / "replica", ["--replicaof", "127.0.0.1", str(primary.port)])
+        with replica:
+            client = redis.Redis(port=primary.port)
+            deadline = time.monotonic() + 10
+            while client.info("replication").get("connected_slaves", 0) < 1:
+                assert time.monotonic() < deadline, "the replica never connected"
+                await asyncio.sleep(0.05)
+            url = primary.url(wait_replicas="1", wait_timeout="300ms")
+            first, second = RedisBackend(url), RedisBackend(url)
+            await first.open()
+            await second.open()
+            await second.enqueue_jobs(_jobs(1))  # the second connection has written before
+            assert replica.proc is not None
+            replica.proc.send_signal(signal.SIGSTOP)  # a replica that stops acknowledging
+            try:
+                with pytest.raises(NotReplicated):
+                    await first.enqueue_jobs(_jobs(1, idempotency_key="k"))
+                with pytest.raises(NotReplicated):
+                    await second.enqueue_jobs(_jobs(1, idempotency_key="k"))
+            finally:
+                replica.proc.send_signal(signal.SIGCONT)
+            (job,) = await second.enqueue_jobs(_jobs(1, idempotency_key="k"))
+            assert job.duplicate
+            await first.close()
+            await second.close()
 
 
 async def test_scripts_come_back_after_script_flush(tmp_path: Path) -> None:

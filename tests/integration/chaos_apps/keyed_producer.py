@@ -8,8 +8,10 @@ raised with the very same keys until it is acknowledged: what a careful
 caller does after an ambiguous failure (the store may or may not have
 stored the jobs before the connection broke).
 
-Each acknowledged job is a line ``ok <key> <job id> <duplicate 0/1>``; each
-failed call is ``err <ErrorType>``.
+Each acknowledged job is a line ``ok <key> <job id> <duplicate 0/1>`` (with
+``--stamp``, then the time the call returned); each failed call is
+``err <ErrorType>``. ``--tag T`` names the keys ``Tkey-<i>`` (producers with
+different tags share no key); ``--concurrency N`` keeps N calls in flight.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from conveyor.app import Conveyor
 from conveyor.job import Job
@@ -38,34 +42,48 @@ async def call(app: Conveyor, keys: list[str], seed: int) -> list[Job]:
     return await app.enqueue_many(items)
 
 
-async def produce(out: Path, count: int, seed: int) -> None:
+async def produce(
+    out: Path, count: int, seed: int, tag: str = "", concurrency: int = 1, stamp: bool = False
+) -> None:
     rng = random.Random(seed)
-    keys = [f"key-{i}" for i in range(count)]
+    keys = [f"{tag}key-{i}" for i in range(count)]
     rng.shuffle(keys)
+    batches: list[list[str]] = []
+    sent = 0
+    while sent < count:
+        size = min(5 if len(batches) % 10 == 9 else 1, count - sent)
+        batches.append(keys[sent : sent + size])
+        sent += size
+    todo = iter(batches)
+    seen: set[str] = set()
     app = Conveyor()
-    sent = calls = 0
+
+    async def caller(log: TextIO) -> None:
+        for batch in todo:  # shared: each caller takes the next batch
+            while True:
+                try:
+                    jobs = await call(app, batch, seed)
+                    break
+                except Exception as exc:  # every kind is logged; the test judges
+                    kind = type(exc).__name__
+                    if kind not in seen:  # the first of each kind, in full
+                        seen.add(kind)
+                        print(f"{kind}: {exc}", file=sys.stderr, flush=True)
+                    log.write(f"err {kind}\n")
+                    log.flush()
+                    await asyncio.sleep(RETRY_PAUSE)
+            when = f" {time.time():.6f}" if stamp else ""
+            log.write(
+                "".join(
+                    f"ok {key} {job.id} {int(job.duplicate)}{when}\n"
+                    for key, job in zip(batch, jobs, strict=True)
+                )
+            )
+            log.flush()
+
     try:
         with out.open("a", encoding="utf-8") as log:
-            while sent < count:
-                size = min(5 if calls % 10 == 9 else 1, count - sent)
-                batch = keys[sent : sent + size]
-                while True:
-                    try:
-                        jobs = await call(app, batch, seed)
-                        break
-                    except Exception as exc:  # every kind is logged; the test judges
-                        log.write(f"err {type(exc).__name__}\n")
-                        log.flush()
-                        await asyncio.sleep(RETRY_PAUSE)
-                log.write(
-                    "".join(
-                        f"ok {key} {job.id} {int(job.duplicate)}\n"
-                        for key, job in zip(batch, jobs, strict=True)
-                    )
-                )
-                log.flush()
-                sent += size
-                calls += 1
+            await asyncio.gather(*(caller(log) for _ in range(concurrency)))
     finally:
         await app.close()
 
@@ -75,8 +93,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tag", default="", help="what each key starts with")
+    parser.add_argument("--concurrency", type=int, default=1, help="calls in flight at once")
+    parser.add_argument("--stamp", action="store_true", help="end each ok line with its time")
     args = parser.parse_args()
-    asyncio.run(produce(args.out, args.count, args.seed))
+    asyncio.run(produce(args.out, args.count, args.seed, args.tag, args.concurrency, args.stamp))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgpack
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError
 
 from conveyor import serialization
 from conveyor.backends import base
@@ -29,6 +29,8 @@ from conveyor.job import DependencyPolicy, FailureReason, Job, JobState
 
 #: From this many jobs, enqueue_jobs builds the Job objects while the script runs.
 OVERLAP_FROM = 16
+#: How long WAIT mode's fence write lives (it only has to outlive its WAIT).
+FENCE_TTL_MS = 60_000
 
 #: The states a new job may start in, as the script names them.
 _STARTS = {
@@ -166,7 +168,8 @@ async def _enqueue_call(conn: RedisConnection, keys: list[str], argv: list[Any])
             pipe.evalsha(sha, *rest)
             pipe.execute_command("WAIT", replicas, timeout_ms)
             reply, acked = await pipe.execute(raise_on_error=False)
-            if isinstance(reply, ResponseError) and "NOSCRIPT" in str(reply) and attempt == 1:
+            # redis-py strips the NOSCRIPT code from the message: test the type.
+            if isinstance(reply, NoScriptError) and attempt == 1:
                 await runner.load_all()
                 continue
             break
@@ -174,6 +177,15 @@ async def _enqueue_call(conn: RedisConnection, keys: list[str], argv: list[Any])
             raise reply
         if isinstance(acked, Exception):
             raise acked
+        if reply[0] == b"ok" and _names_earlier_jobs(reply):
+            # An answer naming jobs an earlier call stored (a retry after
+            # NotReplicated, from another process maybe) wrote nothing, and a
+            # server may count only this connection's own last write in WAIT:
+            # a write of ours after those jobs, then WAIT, covers them anyway.
+            pipe = client.pipeline(transaction=False)
+            pipe.set(conn.keys.fence, b"1", px=FENCE_TTL_MS)
+            pipe.execute_command("WAIT", replicas, timeout_ms)
+            _, acked = await pipe.execute()
     if reply[0] == b"ok" and int(acked) < replicas:
         raise NotReplicated(
             f"redis: the enqueue reached {int(acked)} of {replicas} replica(s) within "
@@ -183,6 +195,11 @@ async def _enqueue_call(conn: RedisConnection, keys: list[str], argv: list[Any])
             required=replicas,
         )
     return reply
+
+
+def _names_earlier_jobs(reply: Any) -> bool:
+    """True when an enqueue's reply returns a job stored before this call."""
+    return any(isinstance(item, list) and item[0] == b"d" for item in reply[2:])
 
 
 def _duplicate(item: Any) -> Job:

@@ -85,6 +85,12 @@ class Keys:
         return self.base + "minutes"
 
     @property
+    def fence(self) -> str:
+        """STRING (expires by itself): WAIT mode's own write when an enqueue
+        answered with jobs stored earlier, so that its WAIT covers them."""
+        return self.base + "fence"
+
+    @property
     def wake(self) -> str:
         """Pub/sub channel: ``q:<queue>`` new work, ``t:`` a new timer, ``a:`` everyone."""
         return self.base + "wake"
