@@ -12,7 +12,7 @@ from typing import Any
 
 import aio_pika
 import pytest
-from rabbitmq_fixtures import Place, amqp_url, place
+from rabbitmq_fixtures import Place, amqp_url, place, sqlite_place
 from worker_fixtures import running
 
 from conveyor import Conveyor
@@ -20,7 +20,7 @@ from conveyor.dispatch import Dispatcher
 from conveyor.dispatch import relay as relay_module
 from conveyor.job import JobState
 
-__all__ = ["amqp_url", "place"]  # fixtures
+__all__ = ["amqp_url", "place", "sqlite_place"]  # fixtures
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,7 +52,17 @@ async def wait_until(check: Any, timeout: float) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_worker_queue_ttl_fails_job_through_the_broker_dead_letter(place: Place) -> None:
+@pytest.fixture(params=["postgres", "sqlite"])
+def any_place(request: pytest.FixtureRequest) -> Place:
+    """The seed's scenarios run on both SQL stores."""
+    where: Place = request.getfixturevalue(
+        "place" if request.param == "postgres" else "sqlite_place"
+    )
+    return where
+
+
+async def test_worker_queue_ttl_fails_job_through_the_broker_dead_letter(any_place: Place) -> None:
+    place = any_place
     app = make_app(place)
     place.queues.update({"default", "worker.alive", "worker.gone"})
     try:
@@ -181,7 +191,8 @@ async def test_a_lost_publish_is_healed_by_the_reconciler(place: Place) -> None:
         await app.close()
 
 
-async def test_a_worker_drains_jobs_none_lost_none_run_twice(place: Place) -> None:
+async def test_a_worker_drains_jobs_none_lost_none_run_twice(any_place: Place) -> None:
+    place = any_place
     app = make_app(place)
     place.queues.update({"default", "worker.d1", "worker.d2"})
     n = 1000
