@@ -305,3 +305,37 @@ async def test_an_idle_relay_wakes_on_the_stores_notify_and_when_a_job_comes_due
             await relay.close()
     finally:
         await app.close()
+
+
+async def test_a_resumed_queue_has_its_waiting_jobs_published_again(any_place: Place) -> None:
+    # A worker that got the messages while the queue was paused claimed nothing
+    # and acknowledged them; on resume the relay publishes the jobs again.
+    place = any_place
+    app = make_app(place)
+    place.queues.add("default")
+    try:
+        backend = await app.runtime.connect()
+        await app.pause_queue("default")
+        jobs = [await app.enqueue("work", {"n": i}) for i in range(3)]
+        relay = Dispatcher(place.dispatch(), backend, worker_queue_ttl=1.0, roles=("relay",))
+        await relay.start()
+        try:
+            await wait_until(lambda: _published(relay, 3), 10)
+            assert await place.message_count("default") == 3
+            connection = await aio_pika.connect(place.amqp_url)
+            async with connection:  # what a worker of the paused queue did
+                channel = await connection.channel()
+                queue = await channel.declare_queue(place.broker_queue("default"), passive=True)
+                await queue.purge()
+            assert await place.message_count("default") == 0
+            await app.resume_queue("default")
+            await wait_until(lambda: _published(relay, 6), 10)
+            assert await place.message_count("default") == 3
+        finally:
+            await relay.close()
+        for job in jobs:
+            stored = await app.get_job(job.id)
+            assert stored is not None
+            assert stored.state is JobState.WAITING
+    finally:
+        await app.close()

@@ -82,6 +82,7 @@ class Queries:
     prune_rate_starts: LiteralString
     configure_queue: LiteralString
     set_queue_paused: LiteralString
+    undispatch_queue: LiteralString
     queue_names_with_jobs: LiteralString
     list_circuits: LiteralString
     reset_circuit: LiteralString

@@ -126,6 +126,7 @@ class Queries:
     # queues, circuits, heartbeats
     configure_queue: LiteralString
     set_queue_paused: LiteralString
+    undispatch_queue: LiteralString
     list_circuits: LiteralString
     reset_circuit: LiteralString
     clear_circuit_failures: LiteralString
