@@ -113,8 +113,8 @@ def test_relay_without_a_dispatch_url_fails_clearly(sqlite_place: Place) -> None
     done = subprocess.run(
         relay_cmd(sqlite_place), env=env_for(sqlite_place), capture_output=True, timeout=60
     )
-    assert done.returncode != 0
-    assert b"conveyor relay needs --dispatch" in done.stderr + done.stdout
+    assert done.returncode == 2
+    assert b"conveyor relay needs --dispatch" in done.stderr
 
 
 def test_relay_on_a_store_without_dispatch_records_fails_clearly(sqlite_place: Place) -> None:
@@ -125,8 +125,8 @@ def test_relay_on_a_store_without_dispatch_records_fails_clearly(sqlite_place: P
         capture_output=True,
         timeout=60,
     )
-    assert done.returncode != 0
-    assert b"dispatch needs a SQL store (PostgreSQL or SQLite)" in done.stderr + done.stdout
+    assert done.returncode == 2
+    assert b"dispatch needs a SQL store (PostgreSQL or SQLite)" in done.stderr
 
 
 def test_relay_refuses_an_unknown_role(sqlite_place: Place) -> None:

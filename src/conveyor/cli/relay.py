@@ -14,7 +14,6 @@ import click
 
 from conveyor.app import Conveyor
 from conveyor.cli.common import backend_options, make_app
-from conveyor.cli.errors import CommandFailed
 from conveyor.cli.worker import LEVELS, log_format_option
 from conveyor.logs import LogFormat, setup_logging
 
@@ -52,7 +51,7 @@ def relay_command(roles: tuple[str, ...], log_level: str, log_format: LogFormat)
     """
     app = make_app()
     if not app.settings.dispatch:
-        raise CommandFailed("conveyor relay needs --dispatch AMQP_URL (or $CONVEYOR_DISPATCH)")
+        raise click.UsageError("conveyor relay needs --dispatch AMQP_URL (or $CONVEYOR_DISPATCH)")
     app.backend  # noqa: B018  # builds (does not open) the backend: a bad URL fails here
     setup_logging(log_level, log_format)
     asyncio.run(run_relay(app, roles))
