@@ -6,6 +6,8 @@
   that private server only) before each run. A shared Redis is never touched.
 - PostgreSQL: a new database per run (``CREATE DATABASE bench_…``, dropped after)
   on the server the admin URL names (the local one on 5432 by default).
+- RabbitMQ: a private broker node for the whole run (or ``--amqp-url``), a fresh
+  vhost per run, deleted after; conveyor also gets a fresh PostgreSQL database.
 
 Each store can read its server's CPU time (``/proc/PID/stat``: utime + stime),
 which W1 reports for the enqueue and the drain.
