@@ -87,6 +87,8 @@ class Queries:
     # reads
     jobs_by_ids: LiteralString
     list_jobs: LiteralString
+    list_workflow_jobs: LiteralString
+    count_workflow_jobs: LiteralString
     list_rare_finished: LiteralString
     count_rare_finished: LiteralString
     count_jobs: LiteralString

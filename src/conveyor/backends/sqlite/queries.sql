@@ -446,6 +446,40 @@ WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
 ORDER BY id DESC
 LIMIT :limit OFFSET :offset;
 
+-- name: list_workflow_jobs
+-- Like list_jobs, for a JobFilter with a workflow_id: that workflow's rows
+-- only, newest first, through jobs_workflow. Tables: jobs (jobs_workflow).
+SELECT
+    id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
+    started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
+    failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
+    payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
+    workflow_id, concurrency_key
+FROM jobs INDEXED BY jobs_workflow
+WHERE workflow_id = :workflow_id
+  AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:tenant IS NULL OR tenant = :tenant)
+  AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+  AND (:finished_before IS NULL OR finished_at < :finished_before)
+ORDER BY id DESC
+LIMIT :limit OFFSET :offset;
+
+-- name: count_workflow_jobs
+-- Like count_jobs, for a JobFilter with a workflow_id. Tables: jobs (jobs_workflow).
+SELECT count(*)
+FROM jobs INDEXED BY jobs_workflow
+WHERE workflow_id = :workflow_id
+  AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:tenant IS NULL OR tenant = :tenant)
+  AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+  AND (:finished_before IS NULL OR finished_at < :finished_before);
+
 -- name: list_rare_finished
 -- Like list_jobs, for :states (JSON array) that are failed/cancelled only (the
 -- dead-letter queue): reads those few rows through jobs_finished instead of
@@ -814,8 +848,8 @@ ORDER BY finished_at DESC, id DESC
 LIMIT 1 OFFSET :keep - 1;
 
 -- name: finished_workflows
--- The workflows none of whose jobs is live. Tables: jobs (a scan: no index
--- on workflow_id).
+-- The workflows none of whose jobs is live. Tables: jobs (jobs_workflow: the
+-- workflow jobs only, already grouped).
 SELECT workflow_id
 FROM jobs
 WHERE workflow_id IS NOT NULL
@@ -823,13 +857,13 @@ GROUP BY workflow_id
 HAVING sum(state NOT IN ('completed', 'failed', 'cancelled')) = 0;
 
 -- name: workflow_rows
--- Every job of the workflows in :ids (JSON array). Tables: jobs.
+-- Every job of the workflows in :ids (JSON array). Tables: jobs (jobs_workflow).
 SELECT workflow_id, id, state, task, finished_at
 FROM jobs
 WHERE workflow_id IN (SELECT value FROM json_each(:ids));
 
 -- name: delete_workflows
--- Delete every job of the workflows in :ids (JSON array). Tables: jobs.
+-- Delete every job of the workflows in :ids (JSON array). Tables: jobs (jobs_workflow).
 DELETE FROM jobs
 WHERE workflow_id IN (SELECT value FROM json_each(:ids))
 RETURNING idempotency_key, id, state;

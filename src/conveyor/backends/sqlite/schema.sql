@@ -50,7 +50,7 @@ CREATE TABLE jobs (
     -- Added by 0005 (flow control): the group ClaimRequest.key_limits counts
     -- the task's active jobs in (NULL: the task's one shared group).
     concurrency_key TEXT,
-    -- Added by 0006 (RabbitMQ dispatch): when a relay last published the
+    -- Added by 0009 (RabbitMQ dispatch): when a relay last published the
     -- job's message (NULL: never since it became due).
     dispatched_at REAL
 );
@@ -80,6 +80,10 @@ CREATE INDEX jobs_blocked ON jobs (queue) WHERE state = 'blocked';
 -- keyless group is counted through jobs_lease).
 CREATE INDEX jobs_key_active ON jobs (task, concurrency_key)
     WHERE state = 'active' AND concurrency_key IS NOT NULL;
+-- The jobs of a workflow (added by 0008): get_workflow, the workflow events'
+-- counts and workflow retention. Only workflow jobs, and no state column: a
+-- claim or settle does not touch it.
+CREATE INDEX jobs_workflow ON jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
 
 -- The dependencies a blocked job still waits for, one row per (dependency,
 -- dependent). Written at enqueue for the dependencies not finished yet; a
