@@ -5,8 +5,8 @@ claim loop's wait, each test in its own schema or file and broker name prefix.
 Never skipped: it needs the RabbitMQ server the test script starts.
 
 The modules where dispatch works on the rows and wake-ups the suite checks run
-by default (:data:`MODULES`, about 115 tests, 70 s on a loaded 2-core
-machine); the rest (statistics, clock, reads, idempotency, rate limits,
+by default (:data:`MODULES`, about 115 tests per store, 70 s on a loaded
+2-core machine); the rest (statistics, clock, reads, idempotency, rate limits,
 circuits, heartbeats, schedules, retention, queue settings, backpressure,
 leases) touch no dispatch path or none the default modules miss, and would
 double the time: ``CONVEYOR_TEST_DISPATCH_CONFORMANCE=all`` runs them too.
