@@ -31,6 +31,7 @@ from benchmarks.harness import (
     base_env,
     cpu_stats,
     latency_stats,
+    percentile,
     running,
     running_all,
     w3_stats,
@@ -40,6 +41,8 @@ from benchmarks.harness import (
 CONVEYOR_APP = "benchmarks.apps.conveyor_app:app"
 RSS_STEPS: tuple[int, ...] = (10_000, 100_000)
 MEM_JOBS = 10_000
+TTL_JOBS = 200
+TTL_SECONDS = 1.0  # the worker-queue TTL of the ttl workload (the default is 5 minutes)
 MEM_PAYLOAD_BYTES = 100  # the JSON payload, as the Redis issue's memory target states
 
 _WORKER_CMD: list[str] | None = None
@@ -72,16 +75,19 @@ class ConveyorSide:
         workdir: Path,
         url: str | None = None,
         server_cpu: Callable[[], float | None] = lambda: None,
+        dispatch: str | None = None,
     ) -> None:
         from conveyor import Conveyor
 
         self.workdir = workdir
         self.url = url or f"sqlite:///{workdir / 'conveyor.db'}"
+        self.dispatch = dispatch
+        self.worker_env: dict[str, str] = {}
         self.server_cpu = server_cpu
         # SQLite counts cost nothing; on a server, polling every 10 ms would put
         # the observer's own queries in the way of the worker it measures.
         self.poll_interval = 0.01 if url is None else 0.05
-        self.app = Conveyor(self.url)
+        self.app = Conveyor(self.url, dispatch=dispatch)
         self.loop = asyncio.new_event_loop()
         self.run(self.app.connect())
 
@@ -95,6 +101,9 @@ class ConveyorSide:
     def start_worker(self, index: int = 0) -> Proc:
         env = base_env(self.workdir)
         env["CONVEYOR_URL"] = self.url
+        if self.dispatch:
+            env["CONVEYOR_DISPATCH"] = self.dispatch
+        env.update(self.worker_env)
         return Proc.start(
             "conveyor worker",
             conveyor_worker_cmd(),
@@ -270,6 +279,54 @@ class ConveyorSide:
             self.wait_done(W3_JOBS, proc)
         first, last = self.window()
         return w3_stats(last - first)
+
+    def ttl(self) -> dict[str, float]:
+        """Dispatch only: jobs sent to ``worker.<id>`` of a worker that never runs,
+        10 ms apart, with a worker-queue TTL of ``TTL_SECONDS``; how long from each
+        enqueue until the dead-letter handler of a running worker (another id)
+        failed it ``expired`` (the store's ``finished_at - created_at``)."""
+        if not self.dispatch:
+            raise BenchError("ttl needs dispatch (--backend rabbitmq)")
+        self.worker_env["CONVEYOR_WORKER_QUEUE_TTL"] = str(TTL_SECONDS)
+        with running(self.start_worker()) as proc:
+            self.wait_ready(proc)
+
+            async def produce() -> None:
+                t0 = time.perf_counter()
+                for i in range(TTL_JOBS):
+                    pause = t0 + i * W2_INTERVAL - time.perf_counter()
+                    if pause > 0:
+                        await asyncio.sleep(pause)
+                    await self.app.enqueue("bench.noop", worker="absent")
+
+            self.run(produce())
+            wait_until(
+                f"{TTL_JOBS} expired jobs",
+                lambda: self.count("failed") >= TTL_JOBS,
+                proc,
+                timeout=TTL_SECONDS + 60,
+                interval=self.poll_interval,
+            )
+
+        async def expired() -> tuple[list[float], int]:
+            jobs = await self.app.list_jobs("failed", limit=TTL_JOBS)
+            reasons = {j.failure_reason.value if j.failure_reason else None for j in jobs}
+            if reasons != {"expired"}:
+                raise BenchError(f"failed for other reasons than expiry: {reasons}")
+            by_broker = sum("by the broker" in (j.error.message if j.error else "") for j in jobs)
+            return [float(j.finished_at or 0.0) - j.created_at for j in jobs], by_broker
+
+        taken, by_broker = self.run(expired())
+        seconds = sorted(taken)
+        return {
+            "jobs": float(len(seconds)),
+            "by_broker": float(by_broker),
+            "ttl_s": TTL_SECONDS,
+            "p50_s": percentile(seconds, 50),
+            "p99_s": percentile(seconds, 99),
+            "max_s": seconds[-1],
+            "p99_over_ttl_s": percentile(seconds, 99) - TTL_SECONDS,
+        }
 
     def mem(self, memory_bytes: Callable[[], int]) -> dict[str, float]:
         """Redis memory per waiting job (100-byte payload) and per completed job kept."""

@@ -6,6 +6,7 @@
     python benchmarks/run.py --backend redis --peers arq,saq,taskiq,dramatiq,huey,celery,rq
     python benchmarks/run.py --only w1,w2 --repeat 1 --jobs 2000 --json out.json
     python benchmarks/run.py --backend redis --peers none     # conveyor only
+    python benchmarks/run.py --backend rabbitmq               # PostgreSQL + RabbitMQ dispatch
 
 Workloads (each repetition of each workload on a fresh store, the systems
 interleaved within a repetition; see benchmarks/README.md):
@@ -18,6 +19,11 @@ interleaved within a repetition; see benchmarks/README.md):
   --scale-peers).
 - rss: the conveyor worker's VmRSS idle, after 10,000 and after 100,000 no-op jobs.
 - mem (Redis): Redis memory per waiting job (100-byte payload) and per completed job kept.
+- ttl (RabbitMQ): jobs sent to the worker queue of a worker that is not running,
+  failed ``expired`` through the broker's dead-letter path; seconds from enqueue.
+
+``--backend rabbitmq`` runs conveyor on PostgreSQL with RabbitMQ dispatch and
+the peers on RabbitMQ alone (a private broker node, a fresh vhost per run).
 
 Workers are real separate processes: ``python -m conveyor worker APP -c 50`` and
 each peer's own worker command.
@@ -57,7 +63,7 @@ from benchmarks.harness import (  # noqa: E402
     Results,
     fmt,
 )
-from benchmarks.stores import PostgresStore, RedisStore, Store  # noqa: E402
+from benchmarks.stores import PostgresStore, RabbitStore, RedisStore, Store  # noqa: E402
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -74,6 +80,10 @@ PEERS: dict[str, dict[str, str]] = {
         "celery": "benchmarks.peers.celery_peer:CelerySide",
         "rq": "benchmarks.peers.rq_peer:RqSide",
     },
+    "rabbitmq": {
+        "celery": "benchmarks.peers.celery_rabbitmq_peer:CeleryRabbitSide",
+        "dramatiq": "benchmarks.peers.dramatiq_rabbitmq_peer:DramatiqRabbitSide",
+    },
 }
 # The distributions whose versions the facts record, per peer.
 DISTS: dict[str, list[str]] = {
@@ -86,11 +96,13 @@ DISTS: dict[str, list[str]] = {
     "celery": ["celery", "kombu"],
     "rq": ["rq"],
 }
-WORKLOADS = {"w1", "w2", "w3", "scale", "rss", "mem"}
+WORKLOADS = {"w1", "w2", "w3", "scale", "rss", "mem", "ttl"}
+CONVEYOR_ONLY = {"rss", "mem", "ttl"}
 DEFAULT_ONLY = {
     "sqlite": "w1,w2,w3,rss",
     "postgres": "w1,w2,w3,scale",
     "redis": "w1,w2,w3,scale,mem",
+    "rabbitmq": "w1,w2,w3,ttl",
 }
 SCALE_RUNS = [f"s{k}" for k in SCALE_PROCESSES]  # scale expands into one run per count
 
@@ -139,7 +151,9 @@ SQLITE_ROWS: list[Row] = [
 
 
 def server_rows(kind: str) -> list[Row]:
-    """The targets of the PostgreSQL and Redis issues."""
+    """The targets of the PostgreSQL, Redis and RabbitMQ issues."""
+    if kind == "rabbitmq":
+        return rabbit_rows()
     if kind == "postgres":
         enqueue, drain, times = 50_000, 12_000, 20
         p50, p99, eff, scale2 = 2.0, 5.0, 0.95, 1.5
@@ -186,6 +200,33 @@ def server_rows(kind: str) -> list[Row]:
             target, check = f">= {scale2}x", (lambda c, b: c >= scale2)
         rows.append(Row(f"speed-up {k} processes / 1", "scale", speedup(k), target, check))
     return rows
+
+
+def rabbit_rows() -> list[Row]:
+    """The RabbitMQ dispatch issue's targets (its peers: Celery and Dramatiq on RabbitMQ)."""
+    return [
+        Row("W1 enqueue, jobs/s", "w1", metric("w1", "enqueue_per_s"), ">= 20,000",
+            lambda c, b: c >= 20_000),
+        Row("W1 drain, jobs/s", "w1", metric("w1", "drain_per_s"), ">= 10x best peer",
+            lambda c, b: b is None or c >= 10 * b),
+        Row("W1 drain from spawn, jobs/s", "w1", metric("w1", "drain_from_spawn_per_s")),
+        Row("W1 server CPU per 1k jobs, ms", "w1", metric("w1", "server_cpu_ms_per_1k_jobs"),
+            higher_is_better=False),
+        Row("W2 pickup p50, ms", "w2", metric("w2", "p50_ms"), "<= 2.0 and <= best peer",
+            lambda c, b: c <= 2.0 and (b is None or c <= b), False),
+        Row("W2 pickup p95, ms", "w2", metric("w2", "p95_ms"), higher_is_better=False),
+        Row("W2 pickup p99, ms", "w2", metric("w2", "p99_ms"), "<= 5.0 and <= best peer",
+            lambda c, b: c <= 5.0 and (b is None or c <= b), False),
+        Row("W3 wall, s (ideal 2.0)", "w3", metric("w3", "wall_s"), higher_is_better=False),
+        Row("W3 efficiency", "w3", metric("w3", "efficiency"), ">= 0.95",
+            lambda c, b: c >= 0.95),
+        Row("TTL -> failed/expired p50, s", "ttl", metric("ttl", "p50_s"),
+            higher_is_better=False, ratio=False),
+        Row("TTL -> failed/expired p99, s", "ttl", metric("ttl", "p99_s"),
+            "<= TTL (1 s) + 2 s", lambda c, b: c <= 3.0, False, ratio=False),
+        Row("  of which by the broker's dead letter", "ttl", metric("ttl", "by_broker"),
+            ratio=False),
+    ]  # fmt: skip
 
 
 MEM_ROWS: list[Row] = [
@@ -262,9 +303,9 @@ def run_one(
     t0 = time.perf_counter()
     side: Any = None
     try:
-        with store.fresh(f"{side_cls.name}_{workload}") as url:
+        with fresh_for(store, side_cls, f"{side_cls.name}_{workload}") as (url, make):
             try:
-                side = side_cls(workdir, url, store.cpu_seconds)
+                side = make(workdir, url)
                 method = getattr(side, workload if workload in WORKLOADS else "scale")
                 if workload == "w1":
                     values = method(jobs)
@@ -289,6 +330,27 @@ def run_one(
             print(f"    kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def fresh_for(store: Store, side_cls: Any, label: str) -> Any:
+    """A fresh store for one run and how to build the side on it: with RabbitMQ,
+    conveyor gets a PostgreSQL database and a vhost, a peer the vhost alone."""
+    if isinstance(store, RabbitStore):
+        if side_cls is ConveyorSide:
+            with store.fresh_pair(label) as (sql, amqp):
+                yield (
+                    sql,
+                    lambda workdir, url: ConveyorSide(
+                        workdir, url, store.pair_cpu_seconds, dispatch=amqp
+                    ),
+                )
+            return
+        with store.fresh(label) as url:
+            yield url, lambda workdir, url: side_cls(workdir, url, store.cpu_seconds)
+        return
+    with store.fresh(label) as url:
+        yield url, lambda workdir, url: side_cls(workdir, url, store.cpu_seconds)
 
 
 def version(dist: str) -> str:
@@ -325,6 +387,9 @@ def machine_facts(store: Store, peers: list[str]) -> dict[str, Any]:
     if store.kind == "sqlite":
         facts["sqlite"] = sqlite3.sqlite_version
     facts.update(store.facts())
+    if store.kind == "rabbitmq":
+        facts["aio-pika"] = version("aio-pika")
+        facts["pika"] = version("pika")  # Dramatiq's RabbitMQ client
     for peer in peers:
         for dist in DISTS.get(peer, [peer]):
             facts[dist] = version(dist)
@@ -336,12 +401,16 @@ def open_store(args: argparse.Namespace) -> Store:
         return RedisStore(args.redis_server)
     if args.backend == "postgres":
         return PostgresStore(args.pg_url)
+    if args.backend == "rabbitmq":
+        return RabbitStore(args.pg_url, args.amqp_url)
     return Store()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--backend", choices=("sqlite", "postgres", "redis"), default="sqlite")
+    parser.add_argument(
+        "--backend", choices=("sqlite", "postgres", "redis", "rabbitmq"), default="sqlite"
+    )
     parser.add_argument("--jobs", type=int, default=20_000, help="W1 job count (20,000)")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions; medians (3)")
     parser.add_argument(
@@ -362,6 +431,11 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("BENCH_PG_URL", DEFAULT_PG_URL),
         help="PostgreSQL admin URL; each run gets a fresh database on that server "
         f"(default $BENCH_PG_URL or {DEFAULT_PG_URL})",
+    )
+    parser.add_argument(
+        "--amqp-url",
+        help="rabbitmq: an existing broker to use (a fresh vhost per run; rabbitmqctl must "
+        "reach it) instead of a private node the run starts",
     )
     parser.add_argument(
         "--redis-server", default="redis-server", help="the redis-server binary the run starts"
@@ -395,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
     if "mem" in workloads and args.backend != "redis":
         parser.error("mem (Redis memory per job) runs on --backend redis only")
+    if "ttl" in workloads and args.backend != "rabbitmq":
+        parser.error("ttl (worker-queue TTL through the broker) runs on --backend rabbitmq only")
     known = PEERS[args.backend]
     peers = list(known) if args.peers is None else args.peers.split(",")
     peers = [p.strip() for p in peers if p.strip() and p.strip() != "none"]
@@ -430,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"repetition {rep + 1}/{args.repeat}", flush=True)
             for run in runs:
                 for side in sides:
-                    if run in ("rss", "mem") and side is not ConveyorSide:
+                    if run in CONVEYOR_ONLY and side is not ConveyorSide:
                         continue
                     if run in SCALE_RUNS and side is not ConveyorSide and not args.scale_peers:
                         continue

@@ -6,6 +6,8 @@
   that private server only) before each run. A shared Redis is never touched.
 - PostgreSQL: a new database per run (``CREATE DATABASE bench_…``, dropped after)
   on the server the admin URL names (the local one on 5432 by default).
+- RabbitMQ: a private broker node for the whole run (or ``--amqp-url``), a fresh
+  vhost per run, deleted after; conveyor also gets a fresh PostgreSQL database.
 
 Each store can read its server's CPU time (``/proc/PID/stat``: utime + stime),
 which W1 reports for the enqueue and the drain.
@@ -19,11 +21,13 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from benchmarks.harness import BenchError
@@ -216,4 +220,108 @@ class PostgresStore(Store):
             "postgres": self.version,
             "postgres_server": f"{parts.hostname}:{parts.port or 5432}, fresh database per run; "
             + shown,
+        }
+
+
+class RabbitStore(Store):
+    """RabbitMQ for every system, and PostgreSQL beside it for conveyor's state.
+
+    The broker is a private node the run starts (tests/support/rabbit_node.py:
+    Debian's ``rabbitmq-server`` on free ports; the shared broker on 5672 is
+    never touched, and other people's tests cannot restart it under the run),
+    or the one ``amqp_url`` names. Each run gets a fresh vhost, deleted after.
+    ``fresh`` yields its AMQP URL; ``fresh_pair`` also a fresh PostgreSQL
+    database, for conveyor. ``cpu_seconds`` is the broker's; ``pair_cpu_seconds``
+    adds PostgreSQL's.
+    """
+
+    kind = "rabbitmq"
+
+    def __init__(self, pg_url: str, amqp_url: str | None = None) -> None:
+        self.postgres = PostgresStore(pg_url)
+        self.node: Any = None
+        # The node's process belongs to the loop that started it: one loop for all.
+        self.loop = asyncio.new_event_loop()
+        if amqp_url is None:
+            root = str(Path(__file__).resolve().parent.parent / "tests")
+            if root not in sys.path:
+                sys.path.insert(0, root)
+            from support import rabbit_node
+
+            missing = rabbit_node.available()
+            if missing:
+                raise BenchError(f"a private RabbitMQ node cannot start: {missing}")
+            self.node = rabbit_node.RabbitNode()
+            self.loop.run_until_complete(self.node.start())
+            amqp_url = self.node.url
+        self.amqp_url = amqp_url
+        self.version = self._server_version()
+
+    def _ctl(self, *args: str) -> str:
+        if self.node is None:
+            ctl = shutil.which("rabbitmqctl", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
+            out = subprocess.run(
+                [ctl or "rabbitmqctl", *args], capture_output=True, text=True, check=False
+            )
+            if out.returncode:
+                raise BenchError(f"rabbitmqctl {' '.join(args)}: {out.stdout}{out.stderr}")
+            return out.stdout
+        return str(self.loop.run_until_complete(self.node.ctl(*args)))
+
+    def _server_version(self) -> str:
+        async def go() -> str:
+            import aio_pika
+
+            connection = await aio_pika.connect(self.amqp_url)
+            async with connection:
+                properties = connection.transport.connection.server_properties
+                return str(properties.get("version", "?"))
+
+        return self.loop.run_until_complete(go())
+
+    def vhost_url(self, vhost: str) -> str:
+        return urlunsplit(urlsplit(self.amqp_url)._replace(path=f"/{vhost}"))
+
+    @contextlib.contextmanager
+    def fresh(self, label: str) -> Iterator[str | None]:
+        safe = "".join(c if c.isalnum() else "_" for c in label.lower())
+        vhost = f"bench_{safe}_{uuid.uuid4().hex[:8]}"
+        self._ctl("add_vhost", vhost)
+        try:
+            self._ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+            yield self.vhost_url(vhost)
+        finally:
+            self._ctl("delete_vhost", vhost)
+
+    @contextlib.contextmanager
+    def fresh_pair(self, label: str) -> Iterator[tuple[str, str]]:
+        """(PostgreSQL URL, AMQP URL), both fresh."""
+        with self.postgres.fresh(label) as sql, self.fresh(label) as amqp:
+            assert sql is not None
+            assert amqp is not None
+            yield sql, amqp
+
+    def cpu_seconds(self) -> float | None:
+        if self.node is None:
+            return None  # a broker we did not start: its CPU is not ours to read
+        pids = self.node.beam_pids()
+        return sum(process_cpu_seconds(pid) for pid in pids) if pids else None
+
+    def pair_cpu_seconds(self) -> float | None:
+        broker, sql = self.cpu_seconds(), self.postgres.cpu_seconds()
+        return broker + sql if broker is not None and sql is not None else None
+
+    def close(self) -> None:
+        try:
+            if self.node is not None:
+                self.loop.run_until_complete(self.node.stop())
+        finally:
+            self.loop.close()
+
+    def facts(self) -> dict[str, str]:
+        where = "own node on a free port" if self.node else self.amqp_url.rpartition("@")[2]
+        return {
+            "rabbitmq": self.version,
+            "rabbitmq_server": f"{where}, fresh vhost per run",
+            **self.postgres.facts(),
         }

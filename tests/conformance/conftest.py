@@ -13,6 +13,6 @@ from conveyor.testing.conformance import KitFactory
 from support.kits import KITS, backend_params
 
 
-@pytest.fixture(params=backend_params(exclude=("postgres+rabbitmq",)))
+@pytest.fixture(params=backend_params(exclude=("postgres+rabbitmq", "sqlite+rabbitmq")))
 def backend_kit_factory(request: pytest.FixtureRequest) -> KitFactory:
     return KITS[request.param]

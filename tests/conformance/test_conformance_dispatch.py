@@ -1,12 +1,12 @@
-"""The conformance suite on PostgreSQL + RabbitMQ dispatch (``postgres+rabbitmq``,
-support/dispatched.py): the store with its relay, reconciler, dead-letter
-handler and a broker consumer as the claim loop's wait, each test in its own
-schema and broker name prefix. Never skipped: it needs the RabbitMQ server the
-test script starts.
+"""The conformance suite on PostgreSQL and SQLite + RabbitMQ dispatch
+(``postgres+rabbitmq``, ``sqlite+rabbitmq``; support/dispatched.py): the store
+with its relay, reconciler, dead-letter handler and a broker consumer as the
+claim loop's wait, each test in its own schema or file and broker name prefix.
+Never skipped: it needs the RabbitMQ server the test script starts.
 
 The modules where dispatch works on the rows and wake-ups the suite checks run
-by default (:data:`MODULES`, about 115 tests, 70 s on a loaded 2-core
-machine); the rest (statistics, clock, reads, idempotency, rate limits,
+by default (:data:`MODULES`, about 115 tests per store, 70 s on a loaded
+2-core machine); the rest (statistics, clock, reads, idempotency, rate limits,
 circuits, heartbeats, schedules, retention, queue settings, backpressure,
 leases) touch no dispatch path or none the default modules miss, and would
 double the time: ``CONVEYOR_TEST_DISPATCH_CONFORMANCE=all`` runs them too.
@@ -28,7 +28,7 @@ from conveyor.testing.conformance import (
     fresh_backend,
     kit,
 )
-from support.kits import PostgresRabbitKit
+from support.kits import PostgresRabbitKit, SQLiteRabbitKit
 
 __all__ = ["backend", "backend_pair", "fresh_backend", "kit"]  # the suite's fixtures
 
@@ -82,6 +82,7 @@ for _name, _test in TESTS.items():
         globals()[_name] = _test
 
 
-@pytest.fixture
-def backend_kit_factory() -> KitFactory:
-    return PostgresRabbitKit
+@pytest.fixture(params=[PostgresRabbitKit, SQLiteRabbitKit], ids=lambda kit: kit.name)
+def backend_kit_factory(request: pytest.FixtureRequest) -> KitFactory:
+    factory: KitFactory = request.param
+    return factory

@@ -9,6 +9,7 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aio_pika
 import asyncpg
@@ -26,10 +27,12 @@ class Place:
     amqp_url: str
     prefix: str
     queues: set[str] = field(default_factory=set)
+    #: Another store than the PostgreSQL schema (a SQLite file's URL).
+    store_url: str | None = None
 
     @property
     def url(self) -> str:
-        return f"{self.postgres_url}?schema={self.schema}"
+        return self.store_url or f"{self.postgres_url}?schema={self.schema}"
 
     def dispatch(self, **options: str) -> str:
         query = "&".join(f"{k}={v}" for k, v in {"prefix": self.prefix, **options}.items())
@@ -53,6 +56,26 @@ def amqp_url() -> str:
     return service_url("CONVEYOR_TEST_AMQP_URL", "RabbitMQ server")
 
 
+async def _delete_broker_names(where: Place) -> None:
+    connection = await aio_pika.connect(where.amqp_url)
+    async with connection:
+        channel = await connection.channel()
+        for name in [*where.queues, "dead-letters"]:
+            await channel.queue_delete(f"{where.prefix}{name}")
+        await channel.exchange_delete(f"{where.prefix}dead-letter")
+
+
+@pytest.fixture
+async def sqlite_place(tmp_path: Path, amqp_url: str) -> AsyncIterator[Place]:
+    """A SQLite file and a broker name prefix (RabbitMQ dispatch on one host)."""
+    tag = uuid.uuid4().hex[:12]
+    where = Place("", "", amqp_url, f"t{tag}.", store_url=f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        yield where
+    finally:
+        await _delete_broker_names(where)
+
+
 @pytest.fixture
 async def place(postgres_url: str, amqp_url: str) -> AsyncIterator[Place]:
     tag = uuid.uuid4().hex[:12]
@@ -60,12 +83,7 @@ async def place(postgres_url: str, amqp_url: str) -> AsyncIterator[Place]:
     try:
         yield where
     finally:
-        connection = await aio_pika.connect(amqp_url)
-        async with connection:
-            channel = await connection.channel()
-            for name in [*where.queues, "dead-letters"]:
-                await channel.queue_delete(f"{where.prefix}{name}")
-            await channel.exchange_delete(f"{where.prefix}dead-letter")
+        await _delete_broker_names(where)
         conn = await asyncpg.connect(postgres_url)
         try:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{where.schema}" CASCADE')

@@ -1,12 +1,12 @@
-"""PostgreSQL + RabbitMQ for the shared suites: the store with the dispatch
-layer running beside it, as in a worker.
+"""PostgreSQL or SQLite + RabbitMQ for the shared suites: the store with the
+dispatch layer running beside it, as in a worker.
 
 RabbitMQ dispatch does not wrap a backend: the store keeps every rule and the
 broker only carries wake-ups. What could break the store's rules is the layer
 working on the same rows: the relay marking jobs dispatched, the reconciler
 undispatching them, the dead-letter handler failing jobs ``expired``, and a
 claim loop woken by broker deliveries instead of the store's NOTIFY. So the
-conformance suite runs on :class:`DispatchedPostgres`, a PostgreSQL backend
+conformance suite runs on :class:`DispatchedPostgres` (or :class:`DispatchedSQLite`), a backend
 with a :class:`~conveyor.dispatch.Dispatcher` (reconciler, dead-letter
 handler) on it, whose ``wait_for_work`` is a broker consumer's, and whose
 relay publishes in step: after each enqueue and settle, before the call
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from conveyor.backends.base import NewJob, Settlement, SettleResult
 from conveyor.backends.postgres import PostgresBackend
+from conveyor.backends.sqlite import SQLiteBackend
 from conveyor.dispatch import Dispatcher
 from conveyor.dispatch.consumer import WorkerConsumer
 from conveyor.dispatch.relay import Relay
@@ -44,10 +45,11 @@ CONNECT_WAIT = 30.0
 WORKER_QUEUE_TTL = 300.0
 
 
-class DispatchedPostgres(PostgresBackend):
-    """PostgreSQL with dispatch on it: the relay in step with enqueues and
-    settles, the reconciler and dead-letter handler in the background, and a
-    broker consumer as the claim loop's wait (one per set of queues)."""
+class Dispatched:
+    """A SQL store with dispatch on it (mixed in before the backend class): the
+    relay in step with enqueues and settles, the reconciler and dead-letter
+    handler in the background, and a broker consumer as the claim loop's wait
+    (one per set of queues)."""
 
     def __init__(self, url: str, dispatch: str) -> None:
         super().__init__(url)
@@ -100,11 +102,6 @@ class DispatchedPostgres(PostgresBackend):
         await self.publish_due()
         return stored
 
-    async def enqueue_jobs_on(self, connection: Any, jobs: Sequence[NewJob]) -> list[Job]:
-        # Inside the caller's transaction: published by the next enqueue or settle.
-        self.broker_queues.update(job.queue for job in jobs)
-        return await super().enqueue_jobs_on(connection, jobs)
-
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> SettleResult:
         result = await super().settle_jobs(settlements)
         await self.publish_due()  # released and retried jobs due again
@@ -131,6 +128,18 @@ class DispatchedPostgres(PostgresBackend):
             await self.dispatcher.close()
             self.dispatcher = None
         await super().close()
+
+
+class DispatchedPostgres(Dispatched, PostgresBackend):
+    async def enqueue_jobs_on(self, connection: Any, jobs: Sequence[NewJob]) -> list[Job]:
+        # Inside the caller's transaction: published by the next enqueue or settle.
+        self.broker_queues.update(job.queue for job in jobs)
+        return await super().enqueue_jobs_on(connection, jobs)
+
+
+class DispatchedSQLite(Dispatched, SQLiteBackend):
+    """SQLite with dispatch on it: one host, the relay's wake-up the file's
+    commit watch."""
 
 
 def broker_prefix() -> str:

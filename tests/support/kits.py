@@ -256,8 +256,62 @@ class PostgresRabbitKit(PostgresKit):
         return {r[0] for r in rows} | {f"worker.{r[0]}" for r in workers}
 
 
+class SQLiteRabbitKit(SQLiteKit):
+    """SQLite with RabbitMQ dispatch running beside it (support/dispatched.py):
+    each test in its own file and broker name prefix."""
+
+    name = "sqlite+rabbitmq"
+
+    def __init__(self, tmp_path: Path) -> None:
+        super().__init__(tmp_path)
+        from support.dispatched import broker_prefix
+
+        self.amqp = service_url("CONVEYOR_TEST_AMQP_URL", "RabbitMQ server")
+        self.prefix = broker_prefix()
+        self.opened: list[Backend] = []
+        self.worker_queues: set[str] = set()
+
+    def dispatch_url(self) -> str:
+        sep = "&" if "?" in self.amqp else "?"
+        return f"{self.amqp}{sep}prefix={self.prefix}"
+
+    def backend(self) -> Backend:
+        from support.dispatched import DispatchedSQLite
+
+        backend = DispatchedSQLite(self.url(), self.dispatch_url())
+        self.opened.append(backend)
+        return backend
+
+    def shared_backend(self) -> Backend:
+        return self.backend()
+
+    def app_settings(self) -> dict[str, Any]:
+        return {"dispatch": self.dispatch_url()}
+
+    def attach(self, app: Any) -> None:
+        def started(event: str, worker_id: str, **_: Any) -> None:
+            self.worker_queues.add(f"worker.{worker_id}")
+
+        app.on("worker_started", started)
+
+    async def cleanup(self) -> None:
+        from support.dispatched import Dispatched, delete_broker_names
+
+        queues = {"default", *self.worker_queues}
+        for backend in self.opened:
+            if isinstance(backend, Dispatched):
+                queues |= backend.broker_queues
+        if self.path.exists():
+            with sqlite3.connect(self.path) as db:
+                queues |= {r[0] for r in db.execute("SELECT DISTINCT queue FROM jobs")}
+                queues |= {f"worker.{r[0]}" for r in db.execute("SELECT id FROM workers")}
+        await delete_broker_names(self.amqp, self.prefix, sorted(queues))
+        await super().cleanup()
+
+
 KITS: dict[str, type[UrlKit]] = {
-    kit.name: kit for kit in (MemoryKit, SQLiteKit, RedisKit, PostgresKit, PostgresRabbitKit)
+    kit.name: kit
+    for kit in (MemoryKit, SQLiteKit, RedisKit, PostgresKit, PostgresRabbitKit, SQLiteRabbitKit)
 }
 #: The four stores; ``postgres+rabbitmq`` is chosen by name (the shared suites'
 #: own modules run it: tests/conformance/test_conformance_dispatch.py).

@@ -19,6 +19,7 @@ from conveyor.cli.errors import ConveyorGroup
 from conveyor.cli.jobs import jobs_group
 from conveyor.cli.migrate import migrate_command
 from conveyor.cli.queues import queues_group
+from conveyor.cli.relay import relay_command
 from conveyor.cli.scheduler import scheduler_command
 from conveyor.cli.schedules import schedules_group
 from conveyor.cli.serve import serve_command
@@ -48,6 +49,7 @@ for command in (
     queues_group,
     workers_command,
     scheduler_command,
+    relay_command,
     schedules_group,
     serve_command,
     migrate_command,

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from aio_pika.abc import AbstractRobustConnection
 
     from conveyor.backends.base import Backend
-    from conveyor.backends.postgres.dispatch import DispatchStore
+    from conveyor.backends.dispatchstore import DispatchStore
     from conveyor.dispatch.consumer import WaitForWork, WorkerConsumer
     from conveyor.dispatch.deadletters import DeadLetterHandler
     from conveyor.dispatch.reconciler import Reconciler
@@ -65,7 +65,7 @@ def store_of(backend: Backend) -> DispatchStore:
     factory = getattr(backend, "dispatch_store", None)
     if factory is None:
         raise ConfigurationError(
-            f"dispatch needs a SQL store (PostgreSQL): {type(backend).__name__} cannot "
+            f"dispatch needs a SQL store (PostgreSQL or SQLite): {type(backend).__name__} cannot "
             f"keep the dispatch record in the job's transaction"
         )
     store: DispatchStore = factory()

@@ -88,11 +88,22 @@ class WorkerConsumer:
     async def _ack_covered(self) -> None:
         done, self._held = self._held[: self._covered], self._held[self._covered :]
         self._covered = 0
+        if not done:
+            return
+        # One frame per channel: every delivery on a channel up to its last
+        # covered one is in ``done`` (deliveries arrive in tag order, and the
+        # earlier ones were acked before), so "multiple" acks exactly these. A
+        # reconnection brings a new channel whose tags start again: grouped.
+        last: dict[int, AbstractIncomingMessage] = {}
         for message in done:
+            key = id(message.channel)
+            if key not in last or (message.delivery_tag or 0) > (last[key].delivery_tag or 0):
+                last[key] = message
+        for message in last.values():
             try:
-                await message.ack()
-            except Exception as exc:  # channel gone: the broker redelivers it
-                logger.debug("could not ack a delivery: %s", exc)
+                await message.ack(multiple=True)
+            except Exception as exc:  # channel gone: the broker redelivers them
+                logger.debug("could not ack deliveries: %s", exc)
 
     async def close(self) -> None:
         """Unacknowledged deliveries go back to their queues with the channel."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal
 from conveyor.errors import BackendError
 
 if TYPE_CHECKING:
-    from conveyor.backends.postgres.dispatch import DispatchStore
+    from conveyor.backends.dispatchstore import DispatchStore
     from conveyor.events import EventBus
 
 logger = logging.getLogger("conveyor.dispatch")

@@ -17,7 +17,7 @@ from conveyor.errors import BackendError
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
 
-    from conveyor.backends.postgres.dispatch import DispatchStore
+    from conveyor.backends.dispatchstore import DispatchStore
     from conveyor.events import EventBus
 
 logger = logging.getLogger("conveyor.dispatch")

@@ -11,7 +11,7 @@ import orjson
 if TYPE_CHECKING:
     from aio_pika import Message
 
-    from conveyor.backends.postgres.dispatch import Dispatchable
+    from conveyor.backends.dispatchstore import Dispatchable
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from conveyor.dispatch.counts import DispatchCounts
 from conveyor.errors import BackendError
 
 if TYPE_CHECKING:
-    from conveyor.backends.postgres.dispatch import DispatchStore
+    from conveyor.backends.dispatchstore import DispatchStore
 
 logger = logging.getLogger("conveyor.dispatch")
 

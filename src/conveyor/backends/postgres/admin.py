@@ -119,6 +119,7 @@ async def set_queue_paused(pool: Pool, q: Queries, name: str, paused: bool) -> N
     async with pool.acquire("pause queue") as conn, conn.transaction():
         await conn.execute(q.set_queue_paused, name, paused)
         if not paused:
+            await conn.execute(q.undispatch_queue, name)
             await conn.execute(q.notify, [name])
 
 

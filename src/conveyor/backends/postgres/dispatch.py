@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import LiteralString
 
+from conveyor.backends.dispatchstore import Dispatchable
 from conveyor.backends.namedsql import parse_named_blocks
 from conveyor.backends.postgres.connection import Pool
 from conveyor.backends.postgres.decode import job_from_row
@@ -23,16 +24,6 @@ from conveyor.errors import BackendError
 from conveyor.job import Job
 
 logger = logging.getLogger("conveyor.backends.postgres")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Dispatchable:
-    """A due job to publish: its id, queue, expiry and the dispatch stamp."""
-
-    id: str
-    queue: str
-    expires_at: float | None
-    stamp: float
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -78,6 +69,9 @@ class RelayWakeups(Listener):
 
     def notify_all(self) -> None:
         self.on_wake()
+
+
+__all__ = ["DispatchStore", "Dispatchable", "RelayWakeups", "dispatch_queries"]
 
 
 class DispatchStore:

@@ -86,6 +86,7 @@ class Queries:
     configure_queue: LiteralString
     tenant_counts: LiteralString
     set_queue_paused: LiteralString
+    undispatch_queue: LiteralString
     queue_names_with_jobs: LiteralString
     list_circuits: LiteralString
     reset_circuit: LiteralString

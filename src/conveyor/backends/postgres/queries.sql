@@ -525,6 +525,14 @@ INSERT INTO __schema__.queues (name, paused)
 VALUES ($1::text, $2::boolean)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused;
 
+-- name: undispatch_queue
+-- A resumed queue's waiting jobs lose their dispatch record, so a RabbitMQ
+-- relay publishes them again: a message delivered while the queue was paused
+-- claimed nothing and was acknowledged. Changes no row where nothing was
+-- dispatched (a store without dispatch).
+UPDATE __schema__.jobs SET dispatched_at = NULL
+WHERE queue = $1::text AND state = 'waiting' AND dispatched_at IS NOT NULL;
+
 -- name: queue_names_with_jobs
 SELECT queue FROM __schema__.jobs WHERE state = 'blocked'
 UNION SELECT queue FROM __schema__.jobs WHERE state = 'waiting'

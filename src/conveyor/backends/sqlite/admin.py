@@ -142,6 +142,8 @@ def configure_queue(conn: sqlite3.Connection, info: QueueInfo) -> None:
 
 def set_queue_paused(conn: sqlite3.Connection, name: str, paused: bool) -> None:
     conn.execute(Q.set_queue_paused, {"name": name, "paused": int(paused)})
+    if not paused:
+        conn.execute(Q.undispatch_queue, {"name": name})
 
 
 def reset_circuit(conn: sqlite3.Connection, task: str) -> None:

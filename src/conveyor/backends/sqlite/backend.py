@@ -38,6 +38,7 @@ from conveyor.backends.sqlite import (
 from conveyor.backends.sqlite import stats as stats_sql
 from conveyor.backends.sqlite.checkpoint import Checkpointer
 from conveyor.backends.sqlite.connection import ThreadConnection
+from conveyor.backends.sqlite.dispatch import DispatchStore
 from conveyor.backends.sqlite.migrate import LATEST, migrate, user_version
 from conveyor.backends.sqlite.queries import P
 from conveyor.backends.sqlite.url import SQLiteOptions, parse_url
@@ -103,6 +104,10 @@ class SQLiteBackend(UpdateScheduleByChange, base.Backend):
         for conn in (self._watcher, self._reader, self._writer):
             await conn.close()
         self._checkpointer.stop()
+
+    def dispatch_store(self) -> DispatchStore:
+        """The queries of RabbitMQ dispatch on this file (not in the contract)."""
+        return DispatchStore(self._writer, self._reader, self._waits)
 
     async def now(self) -> float:
         return time.time()

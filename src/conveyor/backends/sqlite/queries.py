@@ -142,6 +142,7 @@ class Queries:
     configure_queue: LiteralString
     tenant_counts: LiteralString
     set_queue_paused: LiteralString
+    undispatch_queue: LiteralString
     list_circuits: LiteralString
     reset_circuit: LiteralString
     clear_circuit_failures: LiteralString

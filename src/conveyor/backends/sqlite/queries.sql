@@ -1046,6 +1046,14 @@ VALUES (:name, :paused)
 ON CONFLICT (name) DO UPDATE SET
     paused = excluded.paused;
 
+-- name: undispatch_queue
+-- A resumed queue's waiting jobs lose their dispatch record, so a RabbitMQ
+-- relay publishes them again: a message delivered while the queue was paused
+-- claimed nothing and was acknowledged. Changes no row where nothing was
+-- dispatched (a store without dispatch). Tables: jobs (jobs_claim).
+UPDATE jobs SET dispatched_at = NULL
+WHERE queue = :name AND state = 'waiting' AND dispatched_at IS NOT NULL;
+
 
 -- ---------------------------------------------------------------- circuits --
 

@@ -49,7 +49,10 @@ CREATE TABLE jobs (
     has_dependents INTEGER NOT NULL DEFAULT 0,
     -- Added by 0005 (flow control): the group ClaimRequest.key_limits counts
     -- the task's active jobs in (NULL: the task's one shared group).
-    concurrency_key TEXT
+    concurrency_key TEXT,
+    -- Added by 0009 (RabbitMQ dispatch): when a relay last published the
+    -- job's message (NULL: never since it became due).
+    dispatched_at REAL
 );
 
 -- No index on (state, queue): every state change would pay for it. Each state
