@@ -106,7 +106,9 @@ def claim_jobs(store: Store, request: ClaimRequest) -> ClaimResult:
         entry = heapq.heappop(heap)
         row = store.jobs[entry[2]]
         cap = key_limits.get(task)
-        if cap is not None and store.running_keys.get((task, row.concurrency_key), 0) >= cap:
+        if (
+            cap is not None and store.running_keys.get((task, row.concurrency_key), 0) >= cap
+        ) or _key_rate_spent(store, request, row, now):
             skipped.append((heap, entry))
         else:
             _claim_row(store, row, request, token, now)
@@ -122,6 +124,7 @@ def claim_jobs(store: Store, request: ClaimRequest) -> ClaimResult:
                 log = store.rates.setdefault(task, RateLog(rate.period))
                 log.period = max(log.period, rate.period)
                 log.starts.append(now)
+            _count_key_rate(store, request, row, now)
         store.clean_waiting(heap)
         if heap and left > 0:
             neg_priority, run_at, next_id, _ = heap[0]
@@ -129,6 +132,27 @@ def claim_jobs(store: Store, request: ClaimRequest) -> ClaimResult:
     for heap, entry in skipped:
         heapq.heappush(heap, entry)
     return ClaimResult(claimed, expired)
+
+
+def _key_rate_spent(store: Store, request: ClaimRequest, row: Row, now: float) -> bool:
+    """The job's (task, rate_limit_key) window is at its limit (key_rate_limits)."""
+    rate = request.key_rate_limits.get(row.task)
+    if rate is None:
+        return False
+    log = store.key_rates.get((row.task, row.rate_limit_key))
+    if log is None:
+        return False
+    log.trim(now, rate.period)
+    return len(log.starts) >= rate.limit
+
+
+def _count_key_rate(store: Store, request: ClaimRequest, row: Row, now: float) -> None:
+    """Log a claimed job's start in its (task, rate_limit_key) window."""
+    rate = request.key_rate_limits.get(row.task)
+    if rate is not None:
+        log = store.key_rates.setdefault((row.task, row.rate_limit_key), RateLog(rate.period))
+        log.period = max(log.period, rate.period)
+        log.starts.append(now)
 
 
 def _claim_row(store: Store, row: Row, request: ClaimRequest, token: str, now: float) -> None:
