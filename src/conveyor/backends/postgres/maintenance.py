@@ -65,6 +65,7 @@ async def prune_jobs(pool: Pool, q: Queries, rules: Sequence[PruneRule]) -> int:
             total += await prune_workflows(pool, q, rules, workflow_ids[i : i + WORKFLOW_CHUNK])
     await pool.execute("prune keys", q.prune_keys)
     await pool.execute("prune rate starts", q.prune_rate_starts)
+    await pool.execute("prune rate key starts", q.prune_rate_key_starts)
     return total
 
 

@@ -41,6 +41,7 @@ class Queries:
     """Every statement, by name. Declared here so a typo fails type checking."""
 
     enqueue: LiteralString
+    enqueue_rate_keyed: LiteralString
     enqueue_plain: LiteralString
     claim: LiteralString
     settle: LiteralString
@@ -80,6 +81,7 @@ class Queries:
     delete_workflows: LiteralString
     prune_keys: LiteralString
     prune_rate_starts: LiteralString
+    prune_rate_key_starts: LiteralString
     configure_queue: LiteralString
     set_queue_paused: LiteralString
     queue_names_with_jobs: LiteralString
