@@ -1,7 +1,8 @@
 """SQLite rows (plain tuples in ``JOB_COLUMNS`` order) to :class:`Job` values:
 the decoder shared with PostgreSQL (:mod:`conveyor.backends.sqlrows`; the
 dependency columns follow the first 29, then concurrency_key and
-rate_limit_key, the columns migrations 0005 and 0006 added), plus SQLite's claim order on raw rows."""
+rate_limit_key, the columns migrations 0005 and 0006 added), plus SQLite's
+claim order on raw rows."""
 
 from __future__ import annotations
 

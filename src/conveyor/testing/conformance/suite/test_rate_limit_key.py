@@ -117,10 +117,7 @@ async def test_rate_key_concurrent_claimers_together_respect_each_window(
 ) -> None:
     await fill(backend, 12, ["a", "b", "c"])
     results = await asyncio.gather(
-        *(
-            claim(backend, limit=4, worker_id=f"w{i}", key_rate_limits=RATES)
-            for i in range(10)
-        )
+        *(claim(backend, limit=4, worker_id=f"w{i}", key_rate_limits=RATES) for i in range(10))
     )
     assert by_key([job for r in results for job in r.jobs]) == {"a": 3, "b": 3, "c": 3}
 
@@ -138,9 +135,7 @@ async def test_rate_key_windows_are_shared_across_backend_instances(
 async def test_rate_key_with_task_limits_and_key_limits(backend: Backend) -> None:
     # Every limit applies at once; only the starts claimed count in the window.
     await fill(backend, 5, ["a"], concurrency_key="k")
-    result = await claim(
-        backend, limit=100, key_rate_limits=RATES, key_limits={"keyed": 1}
-    )
+    result = await claim(backend, limit=100, key_rate_limits=RATES, key_limits={"keyed": 1})
     assert len(result.jobs) == 1
     (running,) = result.jobs
     await settle_ok(backend, running, Outcome.COMPLETE)
