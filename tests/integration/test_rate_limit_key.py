@@ -5,13 +5,13 @@ slowing the others; bad options get clear typed errors and store nothing."""
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
 from worker_fixtures import Stack, running, settled
 
-from conveyor import JobState, RateLimitKeyError
+from conveyor import BatchContext, Job, JobState, RateLimitKeyError
 from conveyor.context import JobContext
 from conveyor.task import Handler
 
@@ -143,3 +143,29 @@ async def test_bad_enqueue_options_are_refused(stack: Stack) -> None:
     assert await app.count_jobs() == 0
     # A task this app does not know (run by another process's workers) takes the key as given.
     assert (await app.enqueue("elsewhere", rate_limit_key="k")).rate_limit_key == "k"
+
+
+async def test_batches_and_prefetch_respect_each_window(stack: Stack) -> None:
+    app = stack.app()
+    batches: list[tuple[float, Counter[str]]] = []
+
+    @app.task(
+        "bulk",
+        batch_size=10,
+        rate_limit="3/s",
+        rate_limit_key=lambda payload: payload["key"],
+    )
+    async def bulk(ctx: BatchContext, jobs: list[Job]) -> list[None]:
+        batches.append((time.monotonic(), Counter(job.rate_limit_key or "" for job in jobs)))
+        return [None] * len(jobs)
+
+    jobs = await app.enqueue_many([("bulk", {"key": key}) for key in ("a", "b") for _ in range(6)])
+    async with running(app, concurrency=20, prefetch=20):
+        for job in jobs:
+            assert (await settled(job, timeout=20)).state is JobState.COMPLETED
+    first_window = Counter[str]()
+    for at, counts in batches:
+        if at - batches[0][0] < 0.9:
+            first_window.update(counts)
+    # A batch (and the prefetch buffer) never takes more of a key than its window admits.
+    assert first_window == {"a": 3, "b": 3}, batches

@@ -177,3 +177,19 @@ async def test_rate_key_a_dead_letter_retry_keeps_the_key(backend: Backend) -> N
     copy = await backend.retry_failed(running.id, new_id())
     assert copy.rate_limit_key == "api-1"
     assert (await fetch(backend, copy.id)).rate_limit_key == "api-1"
+
+
+async def test_rate_key_is_kept_by_every_kind_of_enqueue(backend: Backend) -> None:
+    first = new_job("keyed", rate_limit_key="k-plain")
+    jobs = [
+        first,
+        new_job("keyed"),  # no key, in the same batch as keyed ones
+        new_job("keyed", rate_limit_key="k-delayed", delay=60.0),
+        new_job("keyed", rate_limit_key="k-debounced", idempotency_key="i-1", debounce=60.0),
+        new_job("keyed", rate_limit_key="k-blocked", depends_on=[first.id]),
+        new_job("keyed", rate_limit_key="k-rich", tenant="t", metadata={"m": 1}, ttl=60.0),
+    ]
+    stored = await backend.enqueue_jobs(jobs)
+    expected = [job.rate_limit_key for job in jobs]
+    assert [job.rate_limit_key for job in stored] == expected
+    assert [(await fetch(backend, job.id)).rate_limit_key for job in jobs] == expected
