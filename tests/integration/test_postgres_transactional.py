@@ -99,9 +99,7 @@ async def test_psycopg_commit_and_rollback(pg_app: Conveyor, postgres_url: str) 
         assert (await cur.fetchone()) == (1,)
 
 
-async def test_a_rate_limit_key_inside_a_transaction(
-    pg_app: Conveyor, postgres_url: str
-) -> None:
+async def test_a_rate_limit_key_inside_a_transaction(pg_app: Conveyor, postgres_url: str) -> None:
     """Both drivers store the key with the job (enqueue_rate_keyed), in the caller's
     transaction."""
     conn = await asyncpg.connect(postgres_url)
