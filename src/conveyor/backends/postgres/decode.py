@@ -14,7 +14,8 @@ __all__ = ["JOB_FIELDS", "STATES", "Row", "claim_order", "job_from_row"]
 
 #: Position of ``concurrency_key`` in a ``j.*`` row (added by version 6).
 CONCURRENCY_KEY = 34
-#: Position of ``rate_limit_key`` in a ``j.*`` row (added last, version 7).
+#: Position of ``rate_limit_key`` in a ``j.*`` row (added by the rate-limit-keys
+#: migration; tests/migrations checks both positions against the table).
 RATE_LIMIT_KEY = 35
 
 

@@ -1,7 +1,7 @@
 """SQLite rows (plain tuples in ``JOB_COLUMNS`` order) to :class:`Job` values:
 the decoder shared with PostgreSQL (:mod:`conveyor.backends.sqlrows`; the
 dependency columns follow the first 29, then concurrency_key and
-rate_limit_key, the columns migrations 0005 and 0006 added), plus SQLite's
+rate_limit_key, the columns the flow-control and rate-limit-keys migrations added), plus SQLite's
 claim order on raw rows."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ Row = tuple[Any, ...]
 
 #: Position of ``concurrency_key`` in a ``JOB_COLUMNS`` row (see queries.py).
 CONCURRENCY_KEY = [c.strip() for c in JOB_COLUMNS.split(",")].index("concurrency_key")
-#: Position of ``rate_limit_key`` (migration 0006 added it).
-RATE_LIMIT_KEY = CONCURRENCY_KEY + 1
+#: Position of ``rate_limit_key`` (the rate-limit-keys migration added it).
+RATE_LIMIT_KEY = [c.strip() for c in JOB_COLUMNS.split(",")].index("rate_limit_key")
 
 
 def job_from_row(r: Row) -> Job:
