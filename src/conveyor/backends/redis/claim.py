@@ -42,6 +42,9 @@ async def claim_jobs(conn: RedisConnection, request: base.ClaimRequest) -> base.
     argv.append(len(request.key_limits))
     for task, cap in request.key_limits.items():
         argv += (task, cap)
+    argv.append(len(request.key_rate_limits))
+    for task, rate in request.key_rate_limits.items():
+        argv += (task, rate.limit, rate.period)
     k = conn.keys
     keys = [k.delayed, k.expiring, k.active, k.done("failed")]
     return decode.claim_result(await conn.run("claim", keys, argv))

@@ -149,6 +149,12 @@ class Keys:
         group = f"{self.base}ka:{len(task)}:{task}"
         return group if concurrency_key is None else f"{group}:{concurrency_key}"
 
+    def rate_window(self, task: str, rate_limit_key: str | None) -> str:
+        """ZSET: start log of one (task, rate_limit_key) window, the windows
+        ``ClaimRequest.key_rate_limits`` count (kept by claim, expires by itself)."""
+        window = f"{self.base}rk:{len(task.encode())}:{task}"
+        return window if rate_limit_key is None else f"{window}:{rate_limit_key}"
+
     def idle(self, queue: str) -> str:
         """ZSET worker id by registration end: ``queue``'s idle workers (direct handoff)."""
         return f"{self.base}idle:{queue}"

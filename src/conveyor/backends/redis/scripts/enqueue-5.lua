@@ -14,7 +14,7 @@
 --   delay, run_at|nil, ttl|nil, idempotency_key|nil, idempotency_ttl,
 --   tenant|nil, metadata|nil, retry_of|nil, depends_on (list of ids)|nil,
 --   on_dependency_failure ('run')|nil, workflow_id|nil, concurrency_key|nil,
---   debounce|nil
+--   debounce|nil, rate_limit_key|nil
 -- Debounce (an idempotency key and a debounce): when the key's job is waiting
 -- or delayed, it takes this entry's payload and metadata and is delayed until
 -- now + debounce (postpone below; the key lives on); otherwise a new job is
@@ -249,6 +249,7 @@ for i = 1, n do
     if o[11] then fields[n_ + 1] = 'of'; fields[n_ + 2] = o[11]; n_ = n_ + 2 end
     if o[12] then fields[n_ + 1] = 'wf'; fields[n_ + 2] = o[12]; n_ = n_ + 2 end
     if o[13] then fields[n_ + 1] = 'ck'; fields[n_ + 2] = o[13]; n_ = n_ + 2 end
+    if o[15] then fields[n_ + 1] = 'rk'; fields[n_ + 2] = o[15]; n_ = n_ + 2 end
     redis.call('HSET', jkey(id), unpack(fields))
     all[#all + 1] = 0
     all[#all + 1] = id

@@ -32,6 +32,13 @@ local function slotkey(t, ck)
   if ck then return PFX .. 'ka:' .. #t .. ':' .. t .. ':' .. ck end
   return PFX .. 'ka:' .. #t .. ':' .. t
 end
+-- Rate limits per key: the start log (ZSET) of one (task, rate_limit_key)
+-- window, ClaimRequest.key_rate_limits; 'rk:<len>:<task>' for the jobs without
+-- a key, 'rk:<len>:<task>:k' for key k (field 'rk' of the job's hash).
+local function ratewinkey(t, rk)
+  if rk then return PFX .. 'rk:' .. #t .. ':' .. t .. ':' .. rk end
+  return PFX .. 'rk:' .. #t .. ':' .. t
+end
 local K_ALL = PFX .. 'all'
 local K_DELAYED = PFX .. 'delayed'
 local K_EXPIRING = PFX .. 'expiring'
@@ -287,13 +294,15 @@ end
 -- their TTL, then claim up to `limit` due jobs of `queues`, priority DESC,
 -- run_at ASC, id ASC, within per-task caps, circuits, rate limits and per-key
 -- caps (`keycaps`: task -> the most active jobs per concurrency key; a full
--- group is skipped, the jobs behind it are taken). Every claimed job takes its
+-- group is skipped, the jobs behind it are taken) and per-key rate limits
+-- (`keyrates`: task -> {limit, period} per rate_limit_key window; a spent
+-- window is skipped the same way). Every claimed job takes its
 -- group's slot (the ka: set), capped or not: slots count every active job. Expired
 -- jobs resolve their dependents (and publish the wake-ups of those released).
 -- Bumps `counts`; returns the claimed jobs as a lease group and the expired rows
 -- ({field, value...}).
 local function claim_for(now, worker, limit, lease, token, circuits_on, queues, caps, rates,
-    keycaps, counts)
+    keycaps, keyrates, counts)
   local nowtext = fmt(now)
 
   -- 1. promote delayed jobs that are due (a bounded slice per call)
@@ -380,11 +389,25 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     return n
   end
 
-  -- The first `want` jobs of a capped task's set `wk` whose group has a free
-  -- slot, walking past the jobs of full groups: each a candidate with its
-  -- group's key. Nil when the set is empty.
-  local function free_heads(wk, t, cap, want)
+  -- Starts per rate window (rk: key) as this claim goes, read once per window.
+  local rheld = {}
+  local function starts_in(k, period)
+    local n = rheld[k]
+    if not n then
+      redis.call('ZREMRANGEBYSCORE', k, '-inf', now - period)
+      n = redis.call('ZCARD', k)
+      rheld[k] = n
+    end
+    return n
+  end
+
+  -- The first `want` jobs of a capped or key-rated task's set `wk` whose group
+  -- has a free slot (`cap`) and whose rate window has room (`rate`), walking
+  -- past the others: each a candidate with its group's and window's keys (nil
+  -- for a limit the task has not). Nil when the set is empty.
+  local function free_heads(wk, t, cap, rate, want)
     local taken = {}  -- per group, as if every earlier candidate were claimed
+    local rtaken = {}  -- per rate window, likewise
     local found = {}
     local start = 0
     local page = math.max(want * 2, 64)
@@ -396,14 +419,17 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
       end
       for i = 1, #chunk, 2 do
         local member = chunk[i]
-        local k = slotkey(t, redis.call('HGET', jkey(string.sub(member, 18)), 'ck'))
-        local n = taken[k] or held_in(k, cap)
-        if n < cap then
-          found[#found + 1] = {tonumber(chunk[i + 1]), member, k}
+        local f = redis.call('HMGET', jkey(string.sub(member, 18)), 'ck', 'rk')
+        local k = cap and slotkey(t, f[1]) or nil
+        local rk = rate and ratewinkey(t, f[2]) or nil
+        local n = k and (taken[k] or held_in(k, cap)) or 0
+        local rn = rk and (rtaken[rk] or starts_in(rk, rate[2])) or 0
+        if (not k or n < cap) and (not rk or rn < rate[1]) then
+          found[#found + 1] = {tonumber(chunk[i + 1]), member, k, rk}
+          if k then taken[k] = n + 1 end
+          if rk then rtaken[rk] = rn + 1 end
           if #found >= want then break end
-          n = n + 1
         end
-        taken[k] = n
       end
       start = start + page
     end
@@ -422,13 +448,16 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
         if b > 0 then
           local wk = wkey(q, t)
           local cap = keycaps[t]
-          if cap then
-            local found = free_heads(wk, t, cap, math.min(b, limit))
+          local krate = keyrates[t]
+          if cap or krate then
+            local found = free_heads(wk, t, cap, krate, math.min(b, limit))
             if not found then
               redis.call('SREM', wtkey(q), t)
             elseif #found > 0 then
               sources = sources + 1
-              for _, f in ipairs(found) do cands[#cands + 1] = {f[1], f[2], q, t, wk, f[3]} end
+              for _, f in ipairs(found) do
+                cands[#cands + 1] = {f[1], f[2], q, t, wk, f[3], f[4]}
+              end
             end
           else
             local head = redis.call('ZRANGE', wk, 0, math.min(b, limit) - 1, 'WITHSCORES')
@@ -464,9 +493,12 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     if #claimed >= limit then break end
     local t = c[4]
     local k = c[6]
-    if budgets[t] > 0 and (not k or held[k] < keycaps[t]) then
+    local rk = c[7]
+    if budgets[t] > 0 and (not k or held[k] < keycaps[t])
+        and (not rk or rheld[rk] < keyrates[t][1]) then
       budgets[t] = budgets[t] - 1
       if k then held[k] = held[k] + 1 end
+      if rk then rheld[rk] = rheld[rk] + 1 end
       local member = c[2]
       local id = string.sub(member, 18)
       local key = jkey(id)
@@ -510,6 +542,10 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
         local rk = ratekey(t)
         redis.call('ZADD', rk, now, id .. ':' .. token)
         redis.call('PEXPIRE', rk, math.ceil(rate[2] * 1000) + 1000)
+      end
+      if c[7] then  -- its (task, rate_limit_key) window
+        redis.call('ZADD', c[7], now, id .. ':' .. token)
+        redis.call('PEXPIRE', c[7], math.ceil(keyrates[t][2] * 1000) + 1000)
       end
       claimed[#claimed + 1] = row
     end
@@ -584,7 +620,7 @@ local function hand_off(now, q, wks, counts)
       local free = tonumber(r[1])
       local n = redis.call('HINCRBY', key, 'n', 1)
       local group, expired = claim_for(now, worker, free, tonumber(r[2]), r[3] .. '.' .. n,
-        r[4] == '1', cjson.decode(r[5]), {}, {}, {}, counts)
+        r[4] == '1', cjson.decode(r[5]), {}, {}, {}, {}, counts)
       local claimed = group[5]
       if #claimed > 0 or #expired > 0 then
         local inbox = inboxkey(worker)
