@@ -54,14 +54,15 @@ async def count_jobs(conn: RedisConnection, where: base.JobFilter) -> int:
 
 
 async def _queue_rows(conn: RedisConnection) -> list[Any]:
-    """Per queue: name, configured, paused, max_size, ttl, counts by state, oldest waiting."""
+    """Per queue: name, configured, paused, max_size, ttl, counts by state, oldest
+    waiting, fairness, weights by tenant code."""
     rows: list[Any] = await conn.run("queues", [conn.keys.queues], [])
     return rows
 
 
 async def queue_counts(conn: RedisConnection) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
-    for name, configured, _, _, _, counts, _ in await _queue_rows(conn):
+    for name, configured, _, _, _, counts, *_ in await _queue_rows(conn):
         by_state = {state.value: 0 for state in JobState}
         for field, value in decode.as_dict(counts).items():
             by_state[field.decode()] = int(value)
@@ -76,7 +77,7 @@ async def oldest_waiting(conn: RedisConnection) -> dict[str, float]:
 
 async def list_queues(conn: RedisConnection) -> list[base.QueueInfo]:
     out: list[base.QueueInfo] = []
-    for name, configured, paused, max_size, ttl, counts, _ in await _queue_rows(conn):
+    for name, configured, paused, max_size, ttl, counts, *_ in await _queue_rows(conn):
         has_jobs = any(int(v) for v in decode.as_dict(counts).values())
         if not (configured or has_jobs):
             continue

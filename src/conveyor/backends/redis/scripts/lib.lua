@@ -32,6 +32,40 @@ local function slotkey(t, ck)
   if ck then return PFX .. 'ka:' .. #t .. ':' .. t .. ':' .. ck end
   return PFX .. 'ka:' .. #t .. ':' .. t
 end
+-- Fair queues (fairness 'tenant'; the rule is in conveyor/backends/base.py).
+-- A fair queue keeps its waiting jobs in one set per (queue, task, tenant),
+-- 'fw:', scored and ordered like the per-task sets (w:), which it leaves
+-- empty; 'ftk:' holds the tasks of a tenant that have waiting jobs there;
+-- 'fq:<queue>' the candidate tenants, those with waiting jobs, scored by their
+-- pass, never below the queue's vtime (a tenant joins at its parked pass or
+-- vtime, whichever is larger; the claim lifts the passes vtime overtook), so
+-- that the set's own order, pass then tenant code, is the rule's order;
+-- 'fs:<queue>' the vtime (field 'v') and the pass of tenants that left fq
+-- with a pass above vtime; 'qw:<queue>' tenant code -> weight. A tenant's code
+-- is '0' for None and '1' .. name for a name: None first, then names in byte
+-- order, which for UTF-8 is code point order. Empty sets are dropped lazily,
+-- by the claim that finds them empty.
+local function tcode(tn)
+  if tn then return '1' .. tn end
+  return '0'
+end
+local function fwkey(q, t, tc) return PFX .. 'fw:' .. #q .. ':' .. q .. ':' .. #t .. ':' .. t .. ':' .. tc end
+local function ftkkey(q, tc) return PFX .. 'ftk:' .. #q .. ':' .. q .. ':' .. tc end
+local function fqkey(q) return PFX .. 'fq:' .. q end
+local function fskey(q) return PFX .. 'fs:' .. q end
+local function qwkey(q) return PFX .. 'qw:' .. q end
+
+-- Whether queue q is fair, read once per script (configure-2 updates it).
+local FAIR = {}
+local function is_fair(q)
+  local f = FAIR[q]
+  if f == nil then
+    f = redis.call('HGET', qckey(q), 'fair') == 'tenant'
+    FAIR[q] = f
+  end
+  return f
+end
+
 local K_ALL = PFX .. 'all'
 local K_DELAYED = PFX .. 'delayed'
 local K_EXPIRING = PFX .. 'expiring'
@@ -57,15 +91,61 @@ local function wmember(run_at, id)
   return string.format('%017.0f', micros) .. id
 end
 
-local function enter_waiting(id, q, t, pr, ra, ex)
-  redis.call('ZADD', wkey(q, t), -(tonumber(pr) or 0), wmember(ra, id))
-  redis.call('SADD', wtkey(q), t)
+-- Tenant tc of fair queue q has waiting jobs again: a candidate from now on,
+-- at its parked pass or the queue's vtime, whichever is larger.
+local function join_tenant(q, tc)
+  local fq = fqkey(q)
+  if redis.call('ZSCORE', fq, tc) then return end
+  local fs = fskey(q)
+  local st = redis.call('HMGET', fs, 'v', tc)
+  local v = tonumber(st[1]) or 0
+  local p = tonumber(st[2])
+  if p then redis.call('HDEL', fs, tc) end
+  if not p or p < v then p = v end
+  redis.call('ZADD', fq, fmt(p), tc)
+end
+
+-- The set a waiting job of (queue q, task t, tenant tn) lives in.
+local function waiting_set(q, t, tn)
+  if is_fair(q) then return fwkey(q, t, tcode(tn)) end
+  return wkey(q, t)
+end
+
+-- Register the set of (q, t, tn) with its queue's indexes (wt:, or ftk: and fq:).
+local function note_waiting(q, t, tn)
+  if is_fair(q) then
+    local tc = tcode(tn)
+    redis.call('SADD', ftkkey(q, tc), t)
+    join_tenant(q, tc)
+  else
+    redis.call('SADD', wtkey(q), t)
+  end
+end
+
+local function enter_waiting(id, q, t, tn, pr, ra, ex)
+  redis.call('ZADD', waiting_set(q, t, tn), -(tonumber(pr) or 0), wmember(ra, id))
+  note_waiting(q, t, tn)
   if ex then redis.call('ZADD', K_EXPIRING, ex, id) end
 end
 
-local function leave_waiting(id, q, t, pr, ra)
-  redis.call('ZREM', wkey(q, t), wmember(ra, id))
+local function leave_waiting(id, q, t, tn, pr, ra)
+  redis.call('ZREM', waiting_set(q, t, tn), wmember(ra, id))
   redis.call('ZREM', K_EXPIRING, id)
+end
+
+-- The waiting sets of queue q, as {set key, task} pairs (readers).
+local function waiting_sets(q)
+  local out = {}
+  if is_fair(q) then
+    for _, tc in ipairs(redis.call('ZRANGE', fqkey(q), 0, -1)) do
+      for _, t in ipairs(redis.call('SMEMBERS', ftkkey(q, tc))) do
+        out[#out + 1] = {fwkey(q, t, tc), t}
+      end
+    end
+  else
+    for _, t in ipairs(redis.call('SMEMBERS', wtkey(q))) do out[#out + 1] = {wkey(q, t), t} end
+  end
+  return out
 end
 
 -- Per-queue state counts, batched: bump(c, q, from, to) then flush(c).
@@ -103,8 +183,8 @@ end
 local TERMINAL = {completed = true, failed = true, cancelled = true}
 
 -- Take a job out of the index of its current state.
-local function unindex(id, s, q, t, pr, ra)
-  if s == 'waiting' then leave_waiting(id, q, t, pr, ra)
+local function unindex(id, s, q, t, tn, pr, ra)
+  if s == 'waiting' then leave_waiting(id, q, t, tn, pr, ra)
   elseif s == 'delayed' then redis.call('ZREM', K_DELAYED, id)
   elseif s == 'active' then redis.call('ZREM', K_ACTIVE, id)
   elseif s == 'blocked' then redis.call('ZREM', K_BLOCKED, id)
@@ -115,12 +195,12 @@ end
 -- still points here, remembers the state the job had.
 local function remove_job(id, counts)
   local key = jkey(id)
-  local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'ik')
+  local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'ik', 'tn')
   -- Even for a row lost outside the scripts (an eviction, a manual DEL): its
   -- id must not stay taken in `all`, where enqueue looks ids up.
   redis.call('ZREM', K_ALL, id)
   if not f[1] then return false end
-  unindex(id, f[1], f[2], f[3], f[4], f[5])
+  unindex(id, f[1], f[2], f[3], f[7], f[4], f[5])
   -- Its dependents set, if any: a completed job's is gone already, a failed
   -- or cancelled one's names jobs resolved already, a deleted live job's
   -- dependents stay blocked (as when its row is lost).
@@ -204,7 +284,7 @@ local function resolve_dependents(finished, now, counts, woken)
       if completed then redis.call('DEL', dk) end
       for _, d in ipairs(dependents) do
         local key = jkey(d)
-        local f = redis.call('HMGET', key, 's', 'of', 'q', 't', 'pr', 'ra', 'ttl', 'dn')
+        local f = redis.call('HMGET', key, 's', 'of', 'q', 't', 'pr', 'ra', 'ttl', 'dn', 'tn')
         if f[1] == 'blocked' then
           local q = f[3]
           if completed or f[2] == 'run' then
@@ -223,7 +303,7 @@ local function resolve_dependents(finished, now, counts, woken)
                   ex = now + tonumber(f[7])
                   redis.call('HSET', key, 'ex', fmt(ex))
                 end
-                enter_waiting(d, q, f[4], f[5], nowtext, ex)
+                enter_waiting(d, q, f[4], f[9], f[5], nowtext, ex)
                 bump(counts, q, 'blocked', 'waiting')
                 woken[q] = true
               end
@@ -300,10 +380,10 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
   local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, 1000)
   for _, id in ipairs(due) do
     local key = jkey(id)
-    local f = redis.call('HMGET', key, 'q', 't', 'pr', 'ra', 'ex', 's')
+    local f = redis.call('HMGET', key, 'q', 't', 'pr', 'ra', 'ex', 's', 'tn')
     if f[6] == 'delayed' then
       redis.call('HSET', key, 's', 'waiting')
-      enter_waiting(id, f[1], f[2], f[3], f[4], f[5])
+      enter_waiting(id, f[1], f[2], f[7], f[3], f[4], f[5])
       bump(counts, f[1], 'delayed', 'waiting')
     end
   end
@@ -315,9 +395,9 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
   local gone = redis.call('ZRANGEBYSCORE', K_EXPIRING, '-inf', now, 'LIMIT', 0, 1000)
   for _, id in ipairs(gone) do
     local key = jkey(id)
-    local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'a', 'dn')
+    local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'a', 'dn', 'tn')
     if f[1] == 'waiting' then
-      redis.call('ZREM', wkey(f[2], f[3]), wmember(f[5], id))
+      redis.call('ZREM', waiting_set(f[2], f[3], f[8]), wmember(f[5], id))
       redis.call('HSET', key, 's', 'failed', 'fr', 'expired', 'fa', nowtext)
       append_error(key, json_error('Expired', 'queue TTL expired', f[6], 'expired', now))
       redis.call('ZADD', donekey('failed'), now, id)
@@ -410,13 +490,114 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     return found
   end
 
+  -- Fair queues. The first claimable job of tenant `tc` of fair queue `q`
+  -- (a candidate {score, member, q, t, set key, group key|nil}), nil when it
+  -- has none; the second value tells whether it has waiting jobs at all.
+  local function tenant_head(q, tc)
+    local tk = ftkkey(q, tc)
+    local best = nil
+    local any = false
+    for _, t in ipairs(redis.call('SMEMBERS', tk)) do
+      local wk = fwkey(q, t, tc)
+      local c = nil
+      local cap = keycaps[t]
+      if budget_of(t) <= 0 then
+        if redis.call('EXISTS', wk) == 1 then any = true else redis.call('SREM', tk, t) end
+      elseif cap then
+        local found = free_heads(wk, t, cap, 1)
+        if not found then
+          redis.call('SREM', tk, t)
+        else
+          any = true
+          if found[1] then c = {found[1][1], found[1][2], q, t, wk, found[1][3]} end
+        end
+      else
+        local head = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
+        if #head == 0 then
+          redis.call('SREM', tk, t)
+        else
+          any = true
+          c = {tonumber(head[2]), head[1], q, t, wk}
+        end
+      end
+      if c and (not best or c[1] < best[1] or (c[1] == best[1] and c[2] < best[2])) then best = c end
+    end
+    return best, any
+  end
+
+  -- A fair queue's stream of jobs in the rule's order. Tenants found with
+  -- nothing claimable stay so for the rest of the claim (budgets and free
+  -- slots only shrink), and sort before every later pick (a pick is the
+  -- smallest pass, and a taken tenant's pass grows): they are a prefix of fq,
+  -- `skip` long, not examined again.
+  local function fair_stream(q)
+    local v = tonumber(redis.call('HGET', fskey(q), 'v')) or 0
+    return {q = q, fq = fqkey(q), skip = 0, v = v, v0 = v, head = nil, weights = {}}
+  end
+
+  local function fair_peek(st)
+    local c = st.head
+    if c then
+      local t = c[4]
+      if budgets[t] > 0 and (not c[6] or held[c[6]] < keycaps[t]) then return c end
+      st.head = nil  -- taken by another queue's job: look again
+    end
+    while true do
+      local page = redis.call('ZRANGE', st.fq, st.skip, st.skip + 15, 'WITHSCORES')
+      if #page == 0 then return nil end
+      for i = 1, #page, 2 do
+        local tc = page[i]
+        local pass = tonumber(page[i + 1])
+        local head, any = tenant_head(st.q, tc)
+        if head then
+          head[7] = tc
+          head[8] = math.max(pass, st.v)  -- effective pass
+          st.head = head
+          return head
+        elseif any then
+          st.skip = st.skip + 1
+        else
+          -- No waiting job left: no longer a candidate; a pass above vtime is kept.
+          redis.call('ZREM', st.fq, tc)
+          redis.call('DEL', ftkkey(st.q, tc))
+          if pass > st.v then redis.call('HSET', fskey(st.q), tc, fmt(pass)) end
+        end
+      end
+    end
+  end
+
+  -- The claim takes `c`, the stream's head: pass = effective + 1 / weight, vtime = effective.
+  local function fair_take(st, c)
+    local tc = c[7]
+    local w = st.weights[tc]
+    if not w then
+      w = tonumber(redis.call('HGET', qwkey(st.q), tc)) or 1
+      st.weights[tc] = w
+    end
+    redis.call('ZADD', st.fq, fmt(c[8] + 1 / w), tc)
+    redis.call('ZREM', c[5], c[2])
+    st.v = c[8]
+    st.head = nil
+  end
+
   -- 4. candidates: the heads of each (queue, task) set the claim may take from
+  -- (fair queues: a stream each)
   local cands = {}
+  local streams = {}
   local sources = 0
   local seen_q = {}
   for _, q in ipairs(queues) do
-    if not seen_q[q] and redis.call('HGET', qckey(q), 'paused') ~= '1' then
+    local conf = nil
+    if not seen_q[q] then
       seen_q[q] = true
+      conf = redis.call('HMGET', qckey(q), 'paused', 'fair')
+      FAIR[q] = conf[2] == 'tenant'
+    end
+    if conf and conf[1] == '1' then
+      -- paused
+    elseif conf and FAIR[q] then
+      streams[#streams + 1] = fair_stream(q)
+    elseif conf then
       for _, t in ipairs(redis.call('SMEMBERS', wtkey(q))) do
         local b = budget_of(t)
         if b > 0 then
@@ -454,25 +635,50 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
 
   -- 5. claim in that order within each task's budget and its groups' free
   -- slots (a candidate of a capped task may find its group filled by one of
-  -- another queue's, taken first)
+  -- another queue's, taken first); a fair queue's stream merges in by its
+  -- head job's place in that order
   local removed = {}
   local payload_keys = {}
   local act = {}
   local ttl_ids = {}  -- claimed jobs with a TTL: they leave the expiring index
   local slots = {}
-  for _, c in ipairs(cands) do
-    if #claimed >= limit then break end
-    local t = c[4]
-    local k = c[6]
-    if budgets[t] > 0 and (not k or held[k] < keycaps[t]) then
-      budgets[t] = budgets[t] - 1
-      if k then held[k] = held[k] + 1 end
-      local member = c[2]
-      local id = string.sub(member, 18)
-      local key = jkey(id)
+  local ci = 1
+  while #claimed < limit do
+    local c = nil
+    while ci <= #cands do
+      local x = cands[ci]
+      local k = x[6]
+      if budgets[x[4]] > 0 and (not k or held[k] < keycaps[x[4]]) then
+        c = x
+        break
+      end
+      ci = ci + 1
+    end
+    local from = nil
+    for _, st in ipairs(streams) do
+      local h = fair_peek(st)
+      if h and (not c or h[1] < c[1] or (h[1] == c[1] and h[2] < c[2])) then
+        c = h
+        from = st
+      end
+    end
+    if not c then break end
+    local member = c[2]
+    if from then
+      fair_take(from, c)
+    else
+      ci = ci + 1
       local r = removed[c[5]]
       if not r then r = {}; removed[c[5]] = r end
       r[#r + 1] = member
+    end
+    local t = c[4]
+    local k = c[6]
+    do
+      budgets[t] = budgets[t] - 1
+      if k then held[k] = held[k] + 1 end
+      local id = string.sub(member, 18)
+      local key = jkey(id)
       -- Read the row once, then write the changes and patch the copy we return.
       local row = redis.call('HGETALL', key)
       local attempts = 1
@@ -527,6 +733,20 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     end
   end
   for wk, members in pairs(removed) do call_many('ZREM', wk, members) end
+  for _, st in ipairs(streams) do
+    if st.v ~= st.v0 then
+      redis.call('HSET', fskey(st.q), 'v', fmt(st.v))
+      -- The tenants skipped, vtime overtook: lifted to it (their effective
+      -- pass), so fq's order stays the rule's order.
+      local behind = redis.call('ZRANGE', st.fq, '-inf', '(' .. fmt(st.v), 'BYSCORE')
+      local lift = {}
+      for _, tc in ipairs(behind) do
+        lift[#lift + 1] = fmt(st.v)
+        lift[#lift + 1] = tc
+      end
+      call_many('ZADD', st.fq, lift)
+    end
+  end
   call_many('ZREM', K_EXPIRING, ttl_ids)
   add_active(K_ACTIVE, act)
   move_slots('SADD', slots)
