@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from conveyor.backends.base import Backend, QueueInfo, ScheduleSpec, WorkerInfo
 from conveyor.dlq import DeadLetters
-from conveyor.durations import parse_duration
 from conveyor.errors import JobNotFound, UnknownTask
 from conveyor.events import Callback, EventBus
 from conveyor.filters import job_filter
 from conveyor.flow import KeyUsage, key_usage
 from conveyor.job import FailureReason, Job, JobState
+from conveyor.queueoptions import queue_info
 from conveyor.retry import Backoff
 from conveyor.runtime import EnqueueItem, Runtime
 from conveyor.scheduler.admin import Schedules
@@ -97,13 +97,19 @@ class Conveyor:
             return lambda fn: self.events.on(event, fn)
         return self.events.on(event, callback)
 
-    def queue(self, name: str, max_size: int | None = None, ttl: float | str | None = None) -> None:
-        """Per-queue options, stored in the backend when the app connects."""
-        if max_size is not None and max_size < 1:
-            raise ValueError("max_size must be >= 1")
-        info = QueueInfo(
-            name, max_size=max_size, ttl=parse_duration(ttl) if ttl is not None else None
-        )
+    def queue(
+        self,
+        name: str,
+        max_size: int | None = None,
+        ttl: float | str | None = None,
+        fairness: str | None = None,
+        weights: Mapping[str, float] | None = None,
+    ) -> None:
+        """Per-queue options, stored in the backend when the app connects.
+        ``fairness="tenant"`` claims the queue's jobs weighted round-robin across
+        tenants (``weights``: tenant -> weight, others weigh 1). Raises
+        :class:`~conveyor.errors.InvalidQueueOptions` on anything invalid."""
+        info = queue_info(name, max_size, ttl, fairness, weights)
         self.runtime.queues[name] = info
         if self.runtime.opened:
             raise RuntimeError("declare queues before the app connects (at import time)")

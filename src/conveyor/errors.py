@@ -126,6 +126,13 @@ class InvalidSchedule(ConfigurationError):
     message names the schedule and the problem."""
 
 
+class InvalidQueueOptions(ConfigurationError):
+    """``app.queue(...)`` options that cannot be used (a fairness other than
+    ``"tenant"``, weights without fairness, a weight that is not a positive
+    number, a tenant that is not a non-empty string); the message names the
+    queue and the problem."""
+
+
 class ScheduleNotFound(ConveyorError, LookupError):
     """No schedule with this name is stored."""
 

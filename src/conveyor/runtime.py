@@ -142,7 +142,7 @@ class Runtime:
                 backend = self.backend
                 await backend.open()
                 for info in self.queues.values():
-                    await backend.configure_queue(info.name, info.max_size, info.ttl)
+                    await backend.configure_queue(info)
                 self._loop = asyncio.get_running_loop()
                 self._tracing = producer_tracing()
                 self._opened = True

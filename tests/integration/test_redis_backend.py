@@ -27,6 +27,7 @@ from conveyor.backends.base import (
     NewJob,
     Outcome,
     PruneRule,
+    QueueInfo,
     Settlement,
 )
 from conveyor.backends.redis import RedisBackend
@@ -266,7 +267,7 @@ async def test_every_key_of_an_app_is_in_one_slot(
     shared: tuple[RedisBackend, str], redis_url: str
 ) -> None:
     backend, prefix = shared
-    await backend.configure_queue("q", 100, 60.0)
+    await backend.configure_queue(QueueInfo("q", max_size=100, ttl=60.0))
     await backend.enqueue_jobs(
         [
             *_jobs(3, idempotency_key=None),

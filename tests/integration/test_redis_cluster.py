@@ -23,6 +23,7 @@ from conveyor.backends.base import (
     JobFilter,
     NewJob,
     Outcome,
+    QueueInfo,
     ScheduleSpec,
     Settlement,
 )
@@ -103,7 +104,7 @@ async def test_idempotency_backpressure_and_queues_on_a_cluster(backend: RedisBa
     assert not stored.duplicate
     assert duplicate.duplicate
     assert duplicate.id == first.id
-    await backend.configure_queue("small", 1, None)
+    await backend.configure_queue(QueueInfo("small", max_size=1, ttl=None))
     await backend.enqueue_jobs([NewJob(id=new_id(), task="t", queue="small", payload=b"{}")])
     with pytest.raises(QueueFull):
         await backend.enqueue_jobs([NewJob(id=new_id(), task="t", queue="small", payload=b"{}")])

@@ -9,6 +9,7 @@ import httpx
 import orjson
 
 from conveyor.app import Conveyor
+from conveyor.backends.base import QueueInfo
 
 from .conftest import ADMIN, ENQUEUE, READ, Serve, auth
 
@@ -236,7 +237,7 @@ async def test_oversized_body_is_413_and_stores_nothing(serve: Serve) -> None:
 
 async def test_queue_full_is_429(serve: Serve) -> None:
     app, client = await serve()
-    await app.backend.configure_queue("default", 1, None)
+    await app.backend.configure_queue(QueueInfo("default", max_size=1, ttl=None))
     first = await client.post("/api/v1/jobs", json={"task": "add"}, headers=auth(ENQUEUE))
     second = await client.post("/api/v1/jobs", json={"task": "add"}, headers=auth(ENQUEUE))
     assert (first.status_code, second.status_code) == (201, 429)

@@ -55,6 +55,26 @@ Rules every implementation follows:
   carrying the payload of the enqueue that was stored last. In one batch, a key's
   entries are either all debounced or none (the core refuses a mix): later
   debounced entries give the job the first one left unstarted their payload.
+- Fair queues (``QueueInfo.fairness == "tenant"``): a claim takes a fair
+  queue's jobs weighted round-robin across tenants (``Job.tenant``; ``None`` is
+  a tenant of its own, sorted before every name). The store keeps a virtual
+  time ``vtime[Q]`` per fair queue (from 0) and a ``pass[Q, t]`` per tenant.
+  To take the next job from Q: (1) candidates are the tenants with at least one
+  *claimable* job in Q (waiting, due, allowed by every limit of the request:
+  task limits, rate limits, circuits, key limits) -- a tenant with nothing
+  claimable is not examined and earns no credit; (2) ``effective[t] =
+  max(pass[Q, t], vtime[Q])`` (``vtime[Q]`` for a tenant never seen); (3) the
+  smallest effective wins, ties by tenant name (``None`` first); (4) that
+  tenant's first claimable job in the usual order (priority desc, run_at asc,
+  id asc) is taken; (5) ``pass[Q, t] = effective[t] + 1 / weight[t]`` and
+  ``vtime[Q] = effective[t]``. Repeated for every job a claim takes (fairness
+  holds within a batch), written atomically with the claim, so concurrent
+  claimers see each other's updates. A claim over several queues merges the
+  queues' streams (fair order for a fair queue, usual order otherwise) by
+  their head jobs' usual key. pass and vtime survive restarts; a store may
+  drop a tenant's pass once it is <= vtime. Weights {A: 3} with A and B
+  backlogged give A B A A A B A A A B ...; a tenant arriving later is served
+  within one round. A handoff never bypasses the rule.
 """
 
 from __future__ import annotations
@@ -88,6 +108,7 @@ from conveyor.backends.records import (
     QueueInfo,
     ScheduleRecord,
     ScheduleSpec,
+    TenantCount,
     WorkerInfo,
     fit_buckets,
 )
@@ -119,6 +140,7 @@ __all__ = [
     "SettleResult",
     "Settlement",
     "StallResult",
+    "TenantCount",
     "TransactionalEnqueue",
     "WorkerInfo",
     "earlier_retry",
@@ -270,8 +292,10 @@ class Backend(abc.ABC):
 
     # -- queues ------------------------------------------------------------
     @abc.abstractmethod
-    async def configure_queue(self, name: str, max_size: int | None, ttl: float | None) -> None:
-        """Create or update a queue's limits (its paused flag is kept)."""
+    async def configure_queue(self, info: QueueInfo) -> None:
+        """Create or update a queue's options: ``max_size``, ``ttl``, ``fairness``
+        and ``weights`` (``info.paused`` is ignored: the stored flag is kept).
+        Making a queue fair or plain applies to its jobs already waiting."""
 
     @abc.abstractmethod
     async def set_queue_paused(self, name: str, paused: bool) -> None: ...
@@ -279,6 +303,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def list_queues(self) -> list[QueueInfo]:
         """Configured queues and every queue that holds a job."""
+
+    @abc.abstractmethod
+    async def tenant_counts(self, queue: str, limit: int = 100) -> list[TenantCount]:
+        """Per tenant of ``queue`` (``None`` included), its ``waiting`` + ``delayed``
+        and its ``active`` jobs; tenants with neither are left out. The ``limit``
+        tenants with most waiting come first (ties: most active, then tenant
+        name, ``None`` first)."""
 
     # -- circuits ----------------------------------------------------------
     @abc.abstractmethod

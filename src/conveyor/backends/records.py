@@ -36,12 +36,21 @@ class CircuitInfo:
         }
 
 
+#: The one fairness mode a queue may have: round-robin across ``Job.tenant``.
+FAIRNESS_TENANT = "tenant"
+
+
 @dataclass(slots=True)
 class QueueInfo:
     name: str
     paused: bool = False
     max_size: int | None = None
     ttl: float | None = None
+    fairness: str | None = None
+    """``"tenant"``: claims take this queue's jobs weighted round-robin across
+    tenants (see the rule in :mod:`conveyor.backends.base`); ``None``: plain."""
+    weights: dict[str, float] = field(default_factory=dict)
+    """Tenant -> weight (> 0) of a fair queue; a tenant not listed weighs 1."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,7 +58,26 @@ class QueueInfo:
             "paused": self.paused,
             "max_size": self.max_size,
             "ttl": self.ttl,
+            "fairness": self.fairness,
+            "weights": dict(self.weights),
         }
+
+    def weight(self, tenant: str | None) -> float:
+        """The weight of ``tenant`` (1 when not listed; ``None`` is never listed)."""
+        return 1.0 if tenant is None else self.weights.get(tenant, 1.0)
+
+
+@dataclass(slots=True, frozen=True)
+class TenantCount:
+    """Jobs of one tenant in one queue (``Backend.tenant_counts``)."""
+
+    tenant: str | None
+    waiting: int
+    """``waiting`` and ``delayed`` jobs, due or not."""
+    active: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tenant": self.tenant, "waiting": self.waiting, "active": self.active}
 
 
 @dataclass(slots=True)

@@ -131,13 +131,14 @@ def purge_jobs(store: Store, where: JobFilter) -> int:
 
 
 # -- queues and circuits ---------------------------------------------------
-def configure_queue(store: Store, name: str, max_size: int | None, ttl: float | None) -> None:
-    info = store.queues.get(name)
-    if info is None:
-        store.queues[name] = QueueInfo(name, max_size=max_size, ttl=ttl)
-    else:
-        info.max_size = max_size
-        info.ttl = ttl
+def configure_queue(store: Store, info: QueueInfo) -> None:
+    stored = store.queues.get(info.name)
+    was_fair = store.is_fair(info.name)
+    paused = stored.paused if stored is not None else False
+    store.queues[info.name] = replace(info, paused=paused, weights=dict(info.weights))
+    if store.is_fair(info.name) != was_fair:
+        store.reindex_waiting(info.name)
+        store.notify([info.name])
 
 
 def set_queue_paused(store: Store, name: str, paused: bool) -> None:

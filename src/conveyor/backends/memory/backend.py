@@ -30,6 +30,7 @@ from conveyor.backends.base import (
     Settlement,
     SettleResult,
     StallResult,
+    TenantCount,
     WorkerInfo,
 )
 from conveyor.backends.memory import (
@@ -154,14 +155,17 @@ class MemoryBackend(Backend):
         return self._locked(maintenance.prune_jobs, rules)
 
     # -- queues ------------------------------------------------------------
-    async def configure_queue(self, name: str, max_size: int | None, ttl: float | None) -> None:
-        self._locked(admin.configure_queue, name, max_size, ttl)
+    async def configure_queue(self, info: QueueInfo) -> None:
+        self._locked(admin.configure_queue, info)
 
     async def set_queue_paused(self, name: str, paused: bool) -> None:
         self._locked(admin.set_queue_paused, name, paused)
 
     async def list_queues(self) -> list[QueueInfo]:
         return self._locked(reads.list_queues)
+
+    async def tenant_counts(self, queue: str, limit: int = 100) -> list[TenantCount]:
+        return self._locked(reads.tenant_counts, queue, limit)
 
     # -- circuits ----------------------------------------------------------
     async def list_circuits(self) -> list[CircuitInfo]:

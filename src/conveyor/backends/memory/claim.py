@@ -1,4 +1,5 @@
-"""Claims in memory: promotion and expiry, per-task budgets, and waiting for work."""
+"""Claims in memory: promotion and expiry, per-task budgets, fair queues'
+weighted round-robin across tenants, and waiting for work."""
 
 from __future__ import annotations
 
@@ -6,9 +7,19 @@ import asyncio
 import heapq
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from conveyor.backends.base import CircuitState, ClaimRequest, ClaimResult
-from conveyor.backends.memory.store import RateLog, Row, Store, WaitEntry, to_job
+from conveyor.backends.fairness import tenant_order
+from conveyor.backends.memory.store import (
+    FairClock,
+    HeapKey,
+    RateLog,
+    Row,
+    Store,
+    WaitEntry,
+    to_job,
+)
 from conveyor.ids import new_token
 from conveyor.job import ErrorInfo, FailureReason, Job, JobState
 
@@ -68,67 +79,170 @@ def _task_budget(store: Store, task: str, request: ClaimRequest, now: float) -> 
     return max(0, budget), trial
 
 
+Head = tuple[int, float, str, str, HeapKey]  # (-prio, run_at, id, queue, heap key)
+
+
+@dataclass(slots=True)
+class _Claim:
+    """One claim's working state: task budgets, the plain queues' merged heads,
+    the fair queues' heaps by tenant, and the capped jobs set aside."""
+
+    store: Store
+    request: ClaimRequest
+    now: float
+    budgets: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    heads: list[Head] = field(default_factory=list)
+    fair: dict[str, dict[str | None, dict[str, list[WaitEntry]]]] = field(default_factory=dict)
+    skipped: list[tuple[list[WaitEntry], WaitEntry]] = field(default_factory=list)
+
+    def left(self, task: str) -> int:
+        if task not in self.budgets:
+            self.budgets[task] = _task_budget(self.store, task, self.request, self.now)
+        return self.budgets[task][0]
+
+    def capped(self, row: Row) -> bool:
+        cap = self.request.key_limits.get(row.task)
+        return (
+            cap is not None
+            and self.store.running_keys.get((row.task, row.concurrency_key), 0) >= cap
+        )
+
+    def usable_head(self, heap: list[WaitEntry]) -> WaitEntry | None:
+        """The first job of ``heap`` whose key group has room; capped jobs are
+        set aside (slots only fill up during a claim) and put back at its end."""
+        while True:
+            self.store.clean_waiting(heap)
+            if not heap:
+                return None
+            if not self.capped(self.store.jobs[heap[0][2]]):
+                return heap[0]
+            self.skipped.append((heap, heapq.heappop(heap)))
+
+    def plain_head(self) -> Head | None:
+        while self.heads:
+            head = self.heads[0]
+            heap = self.store.waiting[head[3]][head[4]]
+            entry = self.usable_head(heap) if self.left(head[4][0]) > 0 else None
+            if entry is not None and entry[2] == head[2]:
+                return head
+            heapq.heappop(self.heads)
+            if entry is not None:
+                heapq.heappush(self.heads, (entry[0], entry[1], entry[2], head[3], head[4]))
+        return None
+
+    def fair_head(self, queue: str) -> tuple[float, str | None, Head] | None:
+        """The job the rule picks next from fair ``queue``: ``(effective, tenant, head)``."""
+        clock = self.store.fair.setdefault(queue, FairClock())
+        best: tuple[float, tuple[bool, str], str | None, Head] | None = None
+        tenants = self.fair[queue]
+        for tenant in list(tenants):
+            by_task = tenants[tenant]
+            first: Head | None = None
+            for task, heap in by_task.items():
+                if self.left(task) <= 0:
+                    continue
+                entry = self.usable_head(heap)
+                if entry is not None and (first is None or entry[:3] < first[:3]):
+                    first = (entry[0], entry[1], entry[2], queue, (task, tenant))
+            if first is None:
+                if not any(by_task.values()):
+                    del tenants[tenant]
+                continue
+            effective = max(clock.passes.get(tenant, clock.vtime), clock.vtime)
+            key = (effective, tenant_order(tenant))
+            if best is None or key < best[:2]:
+                best = (effective, key[1], tenant, first)
+        return None if best is None else (best[0], best[2], best[3])
+
+    def take(self, head: Head, token: str) -> Job:
+        queue, key = head[3], head[4]
+        task = key[0]
+        heap = self.store.waiting[queue][key]
+        entry = heapq.heappop(heap)
+        row = self.store.jobs[entry[2]]
+        left, trial = self.budgets[task]
+        _claim_row(self.store, row, self.request, token, self.now)
+        self.budgets[task] = (left - 1, False)
+        if trial:
+            circuit = self.store.circuits[task]
+            circuit.state = CircuitState.HALF_OPEN
+            circuit.open_until = self.now + circuit.open_for
+        rate = self.request.rate_limits.get(task)
+        if rate is not None:
+            log = self.store.rates.setdefault(task, RateLog(rate.period))
+            log.period = max(log.period, rate.period)
+            log.starts.append(self.now)
+        return to_job(row)
+
+
 def claim_jobs(store: Store, request: ClaimRequest) -> ClaimResult:
     now = store.now()
     expired = _promote_and_expire(store, now)
     claimed: list[Job] = []
     if request.limit <= 0:
         return ClaimResult(claimed, expired)
-    budgets: dict[str, tuple[int, bool]] = {}
-    heads: list[tuple[int, float, str, str, str]] = []  # (-prio, run_at, id, queue, task)
+    work = _Claim(store, request, now)
     for queue in dict.fromkeys(request.queues):
         info = store.queues.get(queue)
         if info is not None and info.paused:
             continue
-        by_task = store.waiting.get(queue)
-        if not by_task:
+        heaps = store.waiting.get(queue)
+        if not heaps:
             continue
-        for task, heap in list(by_task.items()):
+        fair = info is not None and info.fairness is not None
+        for key, heap in list(heaps.items()):
             store.clean_waiting(heap)
             if not heap:
-                del by_task[task]
-                continue
-            if task not in budgets:
-                budgets[task] = _task_budget(store, task, request, now)
-            if budgets[task][0] > 0:
+                del heaps[key]
+            elif fair:
+                work.fair.setdefault(queue, {}).setdefault(key[1], {})[key[0]] = heap
+            else:
                 neg_priority, run_at, job_id, _ = heap[0]
-                heads.append((neg_priority, run_at, job_id, queue, task))
-    heapq.heapify(heads)
+                work.heads.append((neg_priority, run_at, job_id, queue, key))
+    heapq.heapify(work.heads)
     token = new_token()
-    key_limits = request.key_limits
-    skipped: list[tuple[list[WaitEntry], WaitEntry]] = []  # full groups' jobs, put back after
-    while heads and len(claimed) < request.limit:
-        _, _, _, queue, task = heapq.heappop(heads)
-        left, trial = budgets[task]
-        if left <= 0:
-            continue
-        heap = store.waiting[queue][task]
-        entry = heapq.heappop(heap)
-        row = store.jobs[entry[2]]
-        cap = key_limits.get(task)
-        if cap is not None and store.running_keys.get((task, row.concurrency_key), 0) >= cap:
-            skipped.append((heap, entry))
+    while len(claimed) < request.limit:
+        chosen = work.plain_head()
+        fair_pick: tuple[str, float, str | None] | None = None
+        for queue in work.fair:
+            picked = work.fair_head(queue)
+            if picked is not None and (chosen is None or picked[2][:3] < chosen[:3]):
+                chosen = picked[2]
+                fair_pick = (queue, picked[0], picked[1])
+        if chosen is None:
+            break
+        if fair_pick is None:
+            heapq.heappop(work.heads)
         else:
-            _claim_row(store, row, request, token, now)
-            claimed.append(to_job(row))
-            left -= 1
-            budgets[task] = (left, False)
-            if trial:
-                circuit = store.circuits[task]
-                circuit.state = CircuitState.HALF_OPEN
-                circuit.open_until = now + circuit.open_for
-            rate = request.rate_limits.get(task)
-            if rate is not None:
-                log = store.rates.setdefault(task, RateLog(rate.period))
-                log.period = max(log.period, rate.period)
-                log.starts.append(now)
-        store.clean_waiting(heap)
-        if heap and left > 0:
-            neg_priority, run_at, next_id, _ = heap[0]
-            heapq.heappush(heads, (neg_priority, run_at, next_id, queue, task))
-    for heap, entry in skipped:
+            queue, effective, tenant = fair_pick
+            clock = store.fair[queue]
+            weight = store.queues[queue].weight(tenant)
+            clock.passes[tenant] = effective + 1.0 / weight
+            clock.vtime = effective
+        claimed.append(work.take(chosen, token))
+        if fair_pick is None:
+            heap = store.waiting[chosen[3]][chosen[4]]
+            store.clean_waiting(heap)
+            if heap:
+                neg_priority, run_at, next_id, _ = heap[0]
+                heapq.heappush(work.heads, (neg_priority, run_at, next_id, chosen[3], chosen[4]))
+    for heap, entry in work.skipped:
         heapq.heappush(heap, entry)
+    for queue in work.fair:
+        kept = store.fair.get(queue)
+        if kept is not None:
+            _forget_passed(kept)
     return ClaimResult(claimed, expired)
+
+
+#: A fair queue's passes are trimmed once it holds more than this many tenants.
+_PASSES_KEPT = 256
+
+
+def _forget_passed(clock: FairClock) -> None:
+    """Drop passes at or below vtime: they would be clamped to it anyway."""
+    if len(clock.passes) > _PASSES_KEPT:
+        clock.passes = {t: p for t, p in clock.passes.items() if p > clock.vtime}
 
 
 def _claim_row(store: Store, row: Row, request: ClaimRequest, token: str, now: float) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from conveyor.backends.base import JobFilter, QueueInfo
+from conveyor.backends.base import JobFilter, QueueInfo, TenantCount
+from conveyor.backends.fairness import rank_tenant_counts
 from conveyor.backends.memory.store import Row, Store, to_job
 from conveyor.job import Job, JobState
 
@@ -84,4 +86,24 @@ def oldest_waiting(store: Store) -> dict[str, float]:
 
 
 def list_queues(store: Store) -> list[QueueInfo]:
-    return [replace(store.queues.get(name) or QueueInfo(name)) for name in _known_queues(store)]
+    out = []
+    for name in _known_queues(store):
+        info = store.queues.get(name) or QueueInfo(name)
+        out.append(replace(info, weights=dict(info.weights)))
+    return out
+
+
+def tenant_counts(store: Store, queue: str, limit: int) -> list[TenantCount]:
+    waiting: Counter[str | None] = Counter()
+    active: Counter[str | None] = Counter()
+    for state, counter in (
+        (JobState.WAITING, waiting),
+        (JobState.DELAYED, waiting),
+        (JobState.ACTIVE, active),
+    ):
+        for job_id in store.by_state[state]:
+            row = store.jobs[job_id]
+            if row.queue == queue:
+                counter[row.tenant] += 1
+    counts = (TenantCount(t, waiting[t], active[t]) for t in waiting.keys() | active.keys())
+    return rank_tenant_counts(counts, limit)

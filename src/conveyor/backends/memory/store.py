@@ -7,9 +7,11 @@ atomic (also against another thread using the same store, e.g. ``enqueue_sync``)
 Indexes kept beside the ``jobs`` dict, all with lazy deletion (an entry carries
 the row's ``seq`` and is dropped when it no longer matches the row):
 
-- ``waiting[queue][task]``: a heap of ``(-priority, run_at, id, seq)``, so a claim
-  merges the heads of the (queue, task) heaps it may take from and never scans
-  the jobs of a blocked task (open circuit, rate limit, task cap);
+- ``waiting[queue][(task, tenant)]``: a heap of ``(-priority, run_at, id, seq)``,
+  so a claim merges the heads of the heaps it may take from and never scans the
+  jobs of a blocked task (open circuit, rate limit, task cap). ``tenant`` is
+  the job's tenant in a fair queue and always ``None`` in a plain one, so a fair
+  claim finds each tenant's head without scanning its backlog;
 - ``delayed``: a heap of ``(run_at, id, seq)`` for promotion inside the claim;
 - ``expiring``: a heap of ``(expires_at, id, seq)`` of waiting jobs with a TTL;
 - ``by_state`` and ``counts[queue][state]``, maintained on every state change.
@@ -39,6 +41,7 @@ from conveyor.job import (
 )
 
 WaitEntry = tuple[int, float, str, int]  # (-priority, run_at, id, seq)
+HeapKey = tuple[str, str | None]  # (task, tenant in a fair queue / None)
 TimeEntry = tuple[float, str, int]  # (time, id, seq)
 StatKey = tuple[str, str, str]  # (task, queue, status)
 
@@ -109,6 +112,15 @@ class Circuit:
     open_until: float | None = None
     open_for: float = 0.0
     """From the last failure's policy: how long a failed trial re-opens it."""
+
+
+@dataclass(slots=True)
+class FairClock:
+    """A fair queue's virtual time and its tenants' passes (the rule in
+    ``backends/base.py``); a pass at or below ``vtime`` may be dropped."""
+
+    vtime: float = 0.0
+    passes: dict[str | None, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -191,7 +203,8 @@ class Store:
         self.jobs: dict[str, Row] = {}
         self.by_state: dict[JobState, set[str]] = {state: set() for state in JobState}
         self.counts: dict[str, dict[JobState, int]] = {}
-        self.waiting: dict[str, dict[str, list[WaitEntry]]] = {}
+        self.waiting: dict[str, dict[HeapKey, list[WaitEntry]]] = {}
+        self.fair: dict[str, FairClock] = {}
         self.delayed: list[TimeEntry] = []
         self.expiring: list[TimeEntry] = []
         self.keys: dict[str, IdempotencyKey] = {}
@@ -226,14 +239,29 @@ class Store:
         """Add index entries for the state ``row`` just entered."""
         if row.state is JobState.WAITING:
             row.seq += 1
-            by_task = self.waiting.setdefault(row.queue, {})
-            heap = by_task.setdefault(row.task, [])
-            heapq.heappush(heap, (-row.priority, row.run_at, row.id, row.seq))
+            self._push_waiting(row)
             if row.expires_at is not None:
                 heapq.heappush(self.expiring, (row.expires_at, row.id, row.seq))
         elif row.state is JobState.DELAYED:
             row.seq += 1
             heapq.heappush(self.delayed, (row.run_at, row.id, row.seq))
+
+    def is_fair(self, queue: str) -> bool:
+        info = self.queues.get(queue)
+        return info is not None and info.fairness is not None
+
+    def _push_waiting(self, row: Row) -> None:
+        key = (row.task, row.tenant if self.is_fair(row.queue) else None)
+        heap = self.waiting.setdefault(row.queue, {}).setdefault(key, [])
+        heapq.heappush(heap, (-row.priority, row.run_at, row.id, row.seq))
+
+    def reindex_waiting(self, queue: str) -> None:
+        """Rebuild ``queue``'s waiting heaps after it became fair or plain."""
+        self.waiting.pop(queue, None)
+        for job_id in self.by_state[JobState.WAITING]:
+            row = self.jobs[job_id]
+            if row.queue == queue:
+                self._push_waiting(row)
 
     def insert(self, row: Row) -> None:
         self.jobs[row.id] = row

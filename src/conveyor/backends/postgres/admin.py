@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from conveyor.backends.base import CircuitInfo, CircuitState, JobFilter, WorkerInfo, earlier_retry
+from conveyor.backends.base import (
+    CircuitInfo,
+    CircuitState,
+    JobFilter,
+    QueueInfo,
+    WorkerInfo,
+    earlier_retry,
+)
 from conveyor.backends.postgres.connection import Conn, Pool
 from conveyor.backends.postgres.decode import job_from_row
 from conveyor.backends.postgres.queries import Queries
@@ -95,10 +102,9 @@ async def purge_jobs(pool: Pool, q: Queries, where: JobFilter) -> int:
 # -- queues, circuits, heartbeats ------------------------------------------------
 
 
-async def configure_queue(
-    pool: Pool, q: Queries, name: str, max_size: int | None, ttl: float | None
-) -> None:
-    await pool.execute("configure queue", q.configure_queue, name, max_size, ttl)
+async def configure_queue(pool: Pool, q: Queries, info: QueueInfo) -> None:
+    # fairness and weights are stored by the fair-queue migration (0007)
+    await pool.execute("configure queue", q.configure_queue, info.name, info.max_size, info.ttl)
 
 
 async def set_queue_paused(pool: Pool, q: Queries, name: str, paused: bool) -> None:

@@ -201,8 +201,8 @@ class PostgresBackend(UpdateScheduleByChange, base.Backend):
 
     # -- queues --------------------------------------------------------------
 
-    async def configure_queue(self, name: str, max_size: int | None, ttl: float | None) -> None:
-        await admin.configure_queue(self.pool, self.q, name, max_size, ttl)
+    async def configure_queue(self, info: base.QueueInfo) -> None:
+        await admin.configure_queue(self.pool, self.q, info)
 
     async def set_queue_paused(self, name: str, paused: bool) -> None:
         await admin.set_queue_paused(self.pool, self.q, name, paused)
@@ -211,6 +211,9 @@ class PostgresBackend(UpdateScheduleByChange, base.Backend):
 
     async def list_queues(self) -> list[base.QueueInfo]:
         return await reads.list_queues(self.pool, self.q)
+
+    async def tenant_counts(self, queue: str, limit: int = 100) -> list[base.TenantCount]:
+        return await reads.tenant_counts(self.pool, self.q, queue, limit)
 
     # -- circuits ------------------------------------------------------------
 

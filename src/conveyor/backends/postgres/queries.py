@@ -81,6 +81,7 @@ class Queries:
     prune_keys: LiteralString
     prune_rate_starts: LiteralString
     configure_queue: LiteralString
+    tenant_counts: LiteralString
     set_queue_paused: LiteralString
     queue_names_with_jobs: LiteralString
     list_circuits: LiteralString

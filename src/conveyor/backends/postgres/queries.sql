@@ -461,6 +461,17 @@ INSERT INTO __schema__.queues (name, max_size, ttl)
 VALUES ($1::text, $2::integer, $3::float8)
 ON CONFLICT (name) DO UPDATE SET max_size = excluded.max_size, ttl = excluded.ttl;
 
+-- name: tenant_counts
+-- Waiting (+ delayed) and active jobs per tenant of one queue, most waiting first.
+SELECT tenant,
+       (count(*) FILTER (WHERE state IN ('waiting', 'delayed')))::int AS waiting,
+       (count(*) FILTER (WHERE state = 'active'))::int AS active
+FROM __schema__.jobs
+WHERE queue = $1::text AND state IN ('waiting', 'delayed', 'active')
+GROUP BY tenant
+ORDER BY waiting DESC, active DESC, tenant NULLS FIRST
+LIMIT $2::integer;
+
 -- name: set_queue_paused
 INSERT INTO __schema__.queues (name, paused)
 VALUES ($1::text, $2::boolean)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.backends.base import JobFilter, QueueInfo
+from conveyor.backends.base import JobFilter, QueueInfo, TenantCount
 from conveyor.backends.postgres.connection import Pool
 from conveyor.backends.postgres.decode import job_from_row
 from conveyor.backends.postgres.queries import Queries
@@ -75,3 +75,8 @@ async def list_queues(pool: Pool, q: Queries) -> list[QueueInfo]:
             if queue not in queues:
                 queues[queue] = QueueInfo(name=queue)
     return sorted(queues.values(), key=lambda info: info.name)
+
+
+async def tenant_counts(pool: Pool, q: Queries, queue: str, limit: int) -> list[TenantCount]:
+    rows = await pool.fetch("tenant counts", q.tenant_counts, queue, max(0, limit))
+    return [TenantCount(tenant, waiting, active) for tenant, waiting, active in rows]

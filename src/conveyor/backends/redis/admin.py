@@ -57,11 +57,11 @@ async def purge_jobs(conn: RedisConnection, where: base.JobFilter) -> int:
 # -- queues --------------------------------------------------------------------------
 
 
-async def configure_queue(
-    conn: RedisConnection, name: str, max_size: int | None, ttl: float | None
-) -> None:
+async def configure_queue(conn: RedisConnection, info: base.QueueInfo) -> None:
+    # fairness and weights are stored with the Redis fair-queue implementation
     k = conn.keys
-    await conn.run("configure", [k.queues, k.wake], [name, opt(max_size), float_text(ttl)])
+    argv = [info.name, opt(info.max_size), float_text(info.ttl)]
+    await conn.run("configure", [k.queues, k.wake], argv)
 
 
 async def set_queue_paused(conn: RedisConnection, name: str, paused: bool) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from conveyor.backends import base
 from conveyor.backends.claims import ClaimKeeper
+from conveyor.backends.fairness import tenant_counts_by_listing
 from conveyor.backends.redis import (
     admin,
     claim,
@@ -139,6 +140,10 @@ class RedisBackend(base.Backend):
     async def list_queues(self) -> list[base.QueueInfo]:
         return await reads.list_queues(self._conn)
 
+    async def tenant_counts(self, queue: str, limit: int = 100) -> list[base.TenantCount]:
+        # A scan of the queue's jobs until the fair-queue work keeps counts per tenant.
+        return await tenant_counts_by_listing(self, queue, limit)
+
     # -- admin ---------------------------------------------------------------------
     async def cancel_job(self, job_id: str) -> Job | None:
         return await admin.cancel_job(self._conn, job_id)
@@ -152,8 +157,8 @@ class RedisBackend(base.Backend):
     async def purge_jobs(self, where: base.JobFilter) -> int:
         return await admin.purge_jobs(self._conn, where)
 
-    async def configure_queue(self, name: str, max_size: int | None, ttl: float | None) -> None:
-        await admin.configure_queue(self._conn, name, max_size, ttl)
+    async def configure_queue(self, info: base.QueueInfo) -> None:
+        await admin.configure_queue(self._conn, info)
 
     async def set_queue_paused(self, name: str, paused: bool) -> None:
         await admin.set_queue_paused(self._conn, name, paused)

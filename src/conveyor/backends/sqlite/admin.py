@@ -9,7 +9,14 @@ import sqlite3
 import time
 from collections.abc import Sequence
 
-from conveyor.backends.base import CircuitInfo, CircuitState, JobFilter, WorkerInfo, earlier_retry
+from conveyor.backends.base import (
+    CircuitInfo,
+    CircuitState,
+    JobFilter,
+    QueueInfo,
+    WorkerInfo,
+    earlier_retry,
+)
 from conveyor.backends.resume import FINISHED_STATES, replace_dependency, resumed_dependents
 from conveyor.backends.rows import worker_blob, worker_from_blob
 from conveyor.backends.sqlite.connection import ThreadConnection
@@ -118,10 +125,8 @@ async def purge_jobs(writer: ThreadConnection, where: JobFilter) -> int:
 # -- queues, circuits, heartbeats ------------------------------------------------
 
 
-def configure_queue(
-    conn: sqlite3.Connection, name: str, max_size: int | None, ttl: float | None
-) -> None:
-    conn.execute(Q.configure_queue, {"name": name, "max_size": max_size, "ttl": ttl})
+def configure_queue(conn: sqlite3.Connection, info: QueueInfo) -> None:
+    conn.execute(Q.configure_queue, {"name": info.name, "max_size": info.max_size, "ttl": info.ttl})
 
 
 def set_queue_paused(conn: sqlite3.Connection, name: str, paused: bool) -> None:

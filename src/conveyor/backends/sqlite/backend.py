@@ -202,8 +202,8 @@ class SQLiteBackend(UpdateScheduleByChange, base.Backend):
 
     # -- queues --------------------------------------------------------------
 
-    async def configure_queue(self, name: str, max_size: int | None, ttl: float | None) -> None:
-        await self._writer.write(admin.configure_queue, name, max_size, ttl)
+    async def configure_queue(self, info: base.QueueInfo) -> None:
+        await self._writer.write(admin.configure_queue, info)
 
     async def set_queue_paused(self, name: str, paused: bool) -> None:
         await self._writer.write(admin.set_queue_paused, name, paused)
@@ -212,6 +212,9 @@ class SQLiteBackend(UpdateScheduleByChange, base.Backend):
 
     async def list_queues(self) -> list[base.QueueInfo]:
         return await self._reader.read(reads.list_queues)
+
+    async def tenant_counts(self, queue: str, limit: int = 100) -> list[base.TenantCount]:
+        return await self._reader.read(reads.tenant_counts, queue, limit)
 
     # -- circuits ------------------------------------------------------------
 

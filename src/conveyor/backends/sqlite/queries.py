@@ -125,6 +125,7 @@ class Queries:
     prune_rate_starts: LiteralString
     # queues, circuits, heartbeats
     configure_queue: LiteralString
+    tenant_counts: LiteralString
     set_queue_paused: LiteralString
     list_circuits: LiteralString
     reset_circuit: LiteralString

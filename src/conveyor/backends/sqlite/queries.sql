@@ -855,6 +855,18 @@ ON CONFLICT (name) DO UPDATE SET
     max_size = excluded.max_size,
     ttl = excluded.ttl;
 
+-- name: tenant_counts
+-- Waiting (+ delayed) and active jobs per tenant of one queue, most waiting
+-- first, the None tenant first among equals. Tables: jobs.
+SELECT tenant,
+       sum(state IN ('waiting', 'delayed')) AS waiting,
+       sum(state = 'active') AS active
+FROM jobs
+WHERE queue = :queue AND state IN ('waiting', 'delayed', 'active')
+GROUP BY tenant
+ORDER BY waiting DESC, active DESC, tenant IS NOT NULL, tenant
+LIMIT :limit;
+
 -- name: set_queue_paused
 -- Pause or resume a queue, creating its row when needed. Tables: queues.
 INSERT INTO queues (name, paused)

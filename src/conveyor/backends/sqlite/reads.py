@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from conveyor.backends.base import JobFilter, QueueInfo
+from conveyor.backends.base import JobFilter, QueueInfo, TenantCount
 from conveyor.backends.sqlite.decode import job_from_row
 from conveyor.backends.sqlite.queries import Q
 from conveyor.job import Job, JobState
@@ -105,6 +105,11 @@ def list_queues(conn: sqlite3.Connection) -> list[QueueInfo]:
         if queue not in queues:
             queues[queue] = QueueInfo(name=queue)
     return sorted(queues.values(), key=lambda q: q.name)
+
+
+def tenant_counts(conn: sqlite3.Connection, queue: str, limit: int) -> list[TenantCount]:
+    rows = conn.execute(Q.tenant_counts, {"queue": queue, "limit": max(0, limit)})
+    return [TenantCount(tenant, waiting, active) for tenant, waiting, active in rows]
 
 
 def ping(conn: sqlite3.Connection) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conveyor.backends.base import Backend, JobFilter
+from conveyor.backends.base import Backend, JobFilter, QueueInfo
 from conveyor.errors import QueueFull
 from conveyor.job import JobState
 
@@ -12,7 +12,7 @@ from .helpers import claim, enqueue, new_job
 
 
 async def test_max_size_counts_waiting_and_delayed(backend: Backend) -> None:
-    await backend.configure_queue("small", max_size=3, ttl=None)
+    await backend.configure_queue(QueueInfo("small", max_size=3, ttl=None))
     await enqueue(backend, new_job(queue="small"), new_job(queue="small", delay=60))
     await enqueue(backend, new_job(queue="small"))
     with pytest.raises(QueueFull) as caught:
@@ -23,7 +23,7 @@ async def test_max_size_counts_waiting_and_delayed(backend: Backend) -> None:
 
 
 async def test_queue_full_stores_nothing_of_the_batch(backend: Backend) -> None:
-    await backend.configure_queue("small", max_size=2, ttl=None)
+    await backend.configure_queue(QueueInfo("small", max_size=2, ttl=None))
     await enqueue(backend, new_job(queue="small"))
     batch = [new_job(queue="big"), new_job(queue="small"), new_job(queue="small"), new_job()]
     with pytest.raises(QueueFull):
@@ -33,7 +33,7 @@ async def test_queue_full_stores_nothing_of_the_batch(backend: Backend) -> None:
 
 
 async def test_a_batch_alone_over_the_limit(backend: Backend) -> None:
-    await backend.configure_queue("small", max_size=2, ttl=None)
+    await backend.configure_queue(QueueInfo("small", max_size=2, ttl=None))
     with pytest.raises(QueueFull):
         await backend.enqueue_jobs([new_job(queue="small") for _ in range(3)])
     assert await backend.count_jobs(JobFilter()) == 0
@@ -41,7 +41,7 @@ async def test_a_batch_alone_over_the_limit(backend: Backend) -> None:
 
 
 async def test_active_and_finished_jobs_do_not_count(backend: Backend) -> None:
-    await backend.configure_queue("small", max_size=2, ttl=None)
+    await backend.configure_queue(QueueInfo("small", max_size=2, ttl=None))
     await enqueue(backend, new_job(queue="small"), new_job(queue="small"))
     with pytest.raises(QueueFull):
         await enqueue(backend, new_job(queue="small"))
@@ -53,14 +53,14 @@ async def test_active_and_finished_jobs_do_not_count(backend: Backend) -> None:
 
 
 async def test_other_queues_are_not_limited(backend: Backend) -> None:
-    await backend.configure_queue("small", max_size=1, ttl=None)
+    await backend.configure_queue(QueueInfo("small", max_size=1, ttl=None))
     await enqueue(backend, new_job(queue="small"))
     await backend.enqueue_jobs([new_job(queue="other") for _ in range(5)])
     assert await backend.count_jobs(JobFilter(queue="other")) == 5
 
 
 async def test_duplicates_are_not_new_jobs(backend: Backend) -> None:
-    await backend.configure_queue("small", max_size=1, ttl=None)
+    await backend.configure_queue(QueueInfo("small", max_size=1, ttl=None))
     (first,) = await enqueue(backend, new_job(queue="small", idempotency_key="k"))
     (again,) = await enqueue(backend, new_job(queue="small", idempotency_key="k"))
     assert again.duplicate
@@ -68,10 +68,10 @@ async def test_duplicates_are_not_new_jobs(backend: Backend) -> None:
 
 
 async def test_raising_or_removing_the_limit(backend: Backend) -> None:
-    await backend.configure_queue("small", max_size=1, ttl=None)
+    await backend.configure_queue(QueueInfo("small", max_size=1, ttl=None))
     await enqueue(backend, new_job(queue="small"))
     with pytest.raises(QueueFull):
         await enqueue(backend, new_job(queue="small"))
-    await backend.configure_queue("small", max_size=None, ttl=None)
+    await backend.configure_queue(QueueInfo("small", max_size=None, ttl=None))
     await backend.enqueue_jobs([new_job(queue="small") for _ in range(3)])
     assert await backend.count_jobs(JobFilter(queue="small", states=[JobState.WAITING])) == 4

@@ -15,18 +15,18 @@ async def queues_by_name(backend: Backend) -> dict[str, QueueInfo]:
 
 
 async def test_configure_and_list(backend: Backend) -> None:
-    await backend.configure_queue("emails", max_size=100, ttl=30.0)
+    await backend.configure_queue(QueueInfo("emails", max_size=100, ttl=30.0))
     info = (await queues_by_name(backend))["emails"]
     assert (info.paused, info.max_size, info.ttl) == (False, 100, 30.0)
-    await backend.configure_queue("emails", max_size=None, ttl=5.0)
+    await backend.configure_queue(QueueInfo("emails", max_size=None, ttl=5.0))
     info = (await queues_by_name(backend))["emails"]
     assert (info.max_size, info.ttl) == (None, 5.0)
 
 
 async def test_configure_keeps_paused(backend: Backend) -> None:
-    await backend.configure_queue("emails", max_size=10, ttl=None)
+    await backend.configure_queue(QueueInfo("emails", max_size=10, ttl=None))
     await backend.set_queue_paused("emails", True)
-    await backend.configure_queue("emails", max_size=20, ttl=None)
+    await backend.configure_queue(QueueInfo("emails", max_size=20, ttl=None))
     info = (await queues_by_name(backend))["emails"]
     assert info.paused is True
     assert info.max_size == 20
@@ -44,7 +44,7 @@ async def test_pause_an_unconfigured_queue(backend: Backend) -> None:
 
 async def test_list_includes_queues_that_only_hold_jobs(backend: Backend) -> None:
     await enqueue(backend, new_job(queue="implicit"))
-    await backend.configure_queue("configured", max_size=None, ttl=None)
+    await backend.configure_queue(QueueInfo("configured", max_size=None, ttl=None))
     queues = await queues_by_name(backend)
     assert set(queues) == {"implicit", "configured"}
     assert queues["implicit"] == QueueInfo("implicit") or (
@@ -60,7 +60,7 @@ async def test_queue_counts_cover_every_state(backend: Backend) -> None:
     await settle_ok(backend, b, Outcome.FAIL, error=error(), failure_reason=FailureReason.ERROR)
     cancelled = await enqueue_one(backend, queue="q")
     await backend.cancel_job(cancelled.id)
-    await backend.configure_queue("empty", max_size=None, ttl=None)
+    await backend.configure_queue(QueueInfo("empty", max_size=None, ttl=None))
     await enqueue(backend, new_job(queue="q", depends_on=[c.id]))
 
     counts = await backend.queue_counts()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from conveyor.backends.base import Backend, Outcome
+from conveyor.backends.base import Backend, Outcome, QueueInfo
 from conveyor.ids import new_id
 from conveyor.job import FailureReason, Job, JobState
 
@@ -69,7 +69,7 @@ async def test_expired_job_fails_inside_the_claim_and_is_never_claimed(backend: 
 
 
 async def test_queue_ttl(backend: Backend) -> None:
-    await backend.configure_queue("short-lived", max_size=None, ttl=TTL)
+    await backend.configure_queue(QueueInfo("short-lived", max_size=None, ttl=TTL))
     (job,) = await enqueue(backend, new_job(queue="short-lived"))
     assert job.expires_at is not None
     assert abs(job.expires_at - (job.run_at + TTL)) < 1e-3
@@ -80,7 +80,7 @@ async def test_queue_ttl(backend: Backend) -> None:
 
 
 async def test_the_smaller_of_job_and_queue_ttl_wins(backend: Backend) -> None:
-    await backend.configure_queue("q", max_size=None, ttl=10)
+    await backend.configure_queue(QueueInfo("q", max_size=None, ttl=10))
     job_shorter, queue_shorter = await enqueue(
         backend, new_job(queue="q", ttl=2), new_job(queue="q", ttl=50)
     )
@@ -142,7 +142,7 @@ async def test_an_active_job_does_not_expire(backend: Backend) -> None:
 
 async def test_no_ttl_means_no_expiry(backend: Backend) -> None:
     (job,) = await enqueue(backend, new_job())
-    await backend.configure_queue("other", max_size=None, ttl=TTL)
+    await backend.configure_queue(QueueInfo("other", max_size=None, ttl=TTL))
     await asyncio.sleep(PAST_TTL)
     result = await claim(backend)
     assert result.expired == []
@@ -153,7 +153,7 @@ async def test_no_ttl_means_no_expiry(backend: Backend) -> None:
 
 
 async def test_the_effective_ttl_is_stored_on_the_job(backend: Backend) -> None:
-    await backend.configure_queue("q", max_size=None, ttl=10)
+    await backend.configure_queue(QueueInfo("q", max_size=None, ttl=10))
     job_shorter, queue_shorter, none = await enqueue(
         backend, new_job(queue="q", ttl=2), new_job(queue="q", ttl=50), new_job()
     )
@@ -227,7 +227,7 @@ async def test_a_released_job_waits_with_a_fresh_ttl(backend: Backend) -> None:
 async def test_a_released_job_of_a_gone_worker_still_expires(backend: Backend) -> None:
     """A worker that shut down released its own queue's job and never came back."""
     queue = "worker.gone-456"
-    await backend.configure_queue(queue, max_size=None, ttl=TTL)
+    await backend.configure_queue(QueueInfo(queue, max_size=None, ttl=TTL))
     (job,) = await enqueue(backend, new_job(queue=queue))
     running = await claim_one_before(backend, expiry(job), queue)
     await settle_ok(backend, running, Outcome.RELEASE)
@@ -257,10 +257,11 @@ async def test_stall_recovery_gives_a_fresh_ttl(backend: Backend) -> None:
 
 
 async def test_a_dead_letter_retry_keeps_the_effective_ttl(backend: Backend) -> None:
-    await backend.configure_queue("q", max_size=None, ttl=60)  # long: claimed well before
+    # long: claimed well before
+    await backend.configure_queue(QueueInfo("q", max_size=None, ttl=60))
     failed = await make_failed(backend, queue="q")
     # A later change of the queue's TTL does not reach jobs already enqueued.
-    await backend.configure_queue("q", max_size=None, ttl=None)
+    await backend.configure_queue(QueueInfo("q", max_size=None, ttl=None))
     before = await backend.now()
     copy = await backend.retry_failed(failed.id, new_id())
     after = await backend.now()
