@@ -98,7 +98,9 @@ async def pickup_p99(url: str, backlog: int) -> tuple[float, int]:
         left = await app.count_jobs(state="waiting", tenant="A") if backlog else 0
         worker.stop()
         await running
-        pickups = [(j.started_at - j.created_at) * 1000 for j in started if j.started_at is not None]
+        pickups = [
+            (j.started_at - j.created_at) * 1000 for j in started if j.started_at is not None
+        ]
         return p99(pickups), left
     finally:
         await app.close()

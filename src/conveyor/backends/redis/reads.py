@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.backends import base
+from conveyor.backends.fairness import rank_tenant_counts
 from conveyor.backends.redis import decode
 from conveyor.backends.redis.connection import RedisConnection
 from conveyor.backends.redis.encode import filter_args
@@ -77,7 +78,9 @@ async def oldest_waiting(conn: RedisConnection) -> dict[str, float]:
 
 async def list_queues(conn: RedisConnection) -> list[base.QueueInfo]:
     out: list[base.QueueInfo] = []
-    for name, configured, paused, max_size, ttl, counts, *_ in await _queue_rows(conn):
+    for name, configured, paused, max_size, ttl, counts, _, fair, weights in await _queue_rows(
+        conn
+    ):
         has_jobs = any(int(v) for v in decode.as_dict(counts).values())
         if not (configured or has_jobs):
             continue
@@ -87,6 +90,27 @@ async def list_queues(conn: RedisConnection) -> list[base.QueueInfo]:
                 paused=paused == b"1",
                 max_size=int(max_size) if max_size else None,
                 ttl=float(ttl) if ttl else None,
+                fairness=fair.decode() if fair else None,
+                weights={
+                    code[1:].decode(): float(weight)
+                    for code, weight in decode.as_dict(weights).items()
+                    if code[:1] == b"1"  # a name (None has no weight)
+                },
             )
         )
     return sorted(out, key=lambda q: q.name)
+
+
+def decode_tenant(code: bytes) -> str | None:
+    """A tenant from its code in the fair-queue keys: ``0`` None, ``1<name>`` a name."""
+    return code[1:].decode() if code[:1] == b"1" else None
+
+
+async def tenant_counts(conn: RedisConnection, queue: str, limit: int) -> list[base.TenantCount]:
+    k = conn.keys
+    flat = await conn.run("tenants", [k.delayed, k.active], [queue])
+    counts = (
+        base.TenantCount(decode_tenant(flat[i]), int(flat[i + 1]), int(flat[i + 2]))
+        for i in range(0, len(flat), 3)
+    )
+    return rank_tenant_counts(counts, limit)
