@@ -9,7 +9,8 @@
 -- the per-task sets (w:, wt:) and the per-tenant ones (fw:, ftk:, fq:), each
 -- keeping its place within its tenant and task. A queue made fair starts
 -- every tenant at vtime 0; a queue made plain forgets its passes and vtime
--- (fs:), so making it fair again starts afresh. Weights are replaced.
+-- (fs:, qc: field fv), so making it fair again starts afresh. Weights are
+-- replaced (qw:, and their number in qc: field nw).
 local q = ARGV[2]
 local key = qckey(q)
 redis.call('SADD', KEYS[1], q)
@@ -22,7 +23,9 @@ local fair = ARGV[5] == 'tenant'
 local qw = qwkey(q)
 redis.call('DEL', qw)
 local nw = tonumber(ARGV[6])
-if fair and nw > 0 then
+if not fair then nw = 0 end
+if nw > 0 then redis.call('HSET', key, 'nw', nw) else redis.call('HDEL', key, 'nw') end
+if nw > 0 then
   local pairs_ = {}
   for i = 0, nw - 1 do
     pairs_[#pairs_ + 1] = tcode(ARGV[7 + 2 * i])
@@ -38,6 +41,7 @@ if fair then
   redis.call('HSET', key, 'fair', 'tenant')
   FAIR[q] = true
   redis.call('DEL', fqkey(q), fskey(q))
+  redis.call('HDEL', key, 'fv')
   for _, s in ipairs(sets) do
     local wk, t = s[1], s[2]
     local rows = redis.call('ZRANGE', wk, 0, -1, 'WITHSCORES')
@@ -60,7 +64,6 @@ if fair then
   end
   redis.call('DEL', wtkey(q))
 else
-  local tenants = redis.call('ZRANGE', fqkey(q), 0, -1)
   redis.call('HDEL', key, 'fair')
   FAIR[q] = false
   for _, s in ipairs(sets) do
@@ -78,8 +81,8 @@ else
     moved = moved + #rows / 2
     redis.call('DEL', fk)
   end
-  for _, tc in ipairs(tenants) do redis.call('DEL', ftkkey(q, tc)) end
-  redis.call('DEL', fqkey(q), fskey(q))
+  redis.call('DEL', fqkey(q), fskey(q), ftkkey(q))
+  redis.call('HDEL', key, 'fv')
 end
 if moved > 0 then redis.call('PUBLISH', KEYS[2], 'q:' .. q) end
 return 1

@@ -35,13 +35,15 @@ end
 -- Fair queues (fairness 'tenant'; the rule is in conveyor/backends/base.py).
 -- A fair queue keeps its waiting jobs in one set per (queue, task, tenant),
 -- 'fw:', scored and ordered like the per-task sets (w:), which it leaves
--- empty; 'ftk:' holds the tasks of a tenant that have waiting jobs there;
+-- empty; 'ftk:<queue>' maps a tenant to its tasks that have waiting jobs
+-- there (joined by NUL: a page of tenants is one HMGET);
 -- 'fq:<queue>' the candidate tenants, those with waiting jobs, scored by their
 -- pass, never below the queue's vtime (a tenant joins at its parked pass or
 -- vtime, whichever is larger; the claim lifts the passes vtime overtook), so
 -- that the set's own order, pass then tenant code, is the rule's order;
--- 'fs:<queue>' the vtime (field 'v') and the pass of tenants that left fq
--- with a pass above vtime; 'qw:<queue>' tenant code -> weight. A tenant's code
+-- 'fs:<queue>' the pass of tenants that left fq with a pass above vtime;
+-- 'qw:<queue>' tenant code -> weight. The queue's config hash (qc:) holds
+-- 'fair' ('tenant'), the vtime 'fv' and the number of weights 'nw'. A tenant's code
 -- is '0' for None and '1' .. name for a name: None first, then names in byte
 -- order, which for UTF-8 is code point order. Empty sets are dropped lazily,
 -- by the claim that finds them empty.
@@ -50,7 +52,15 @@ local function tcode(tn)
   return '0'
 end
 local function fwkey(q, t, tc) return PFX .. 'fw:' .. #q .. ':' .. q .. ':' .. #t .. ':' .. t .. ':' .. tc end
-local function ftkkey(q, tc) return PFX .. 'ftk:' .. #q .. ':' .. q .. ':' .. tc end
+local function ftkkey(q) return PFX .. 'ftk:' .. q end
+
+-- A tenant's tasks (the value of its ftk: field) as a list, and back.
+local function split_tasks(joined)
+  local out = {}
+  if not joined then return out end
+  for t in string.gmatch(joined, '[^%z]+') do out[#out + 1] = t end
+  return out
+end
 local function fqkey(q) return PFX .. 'fq:' .. q end
 local function fskey(q) return PFX .. 'fs:' .. q end
 local function qwkey(q) return PFX .. 'qw:' .. q end
@@ -97,9 +107,8 @@ local function join_tenant(q, tc)
   local fq = fqkey(q)
   if redis.call('ZSCORE', fq, tc) then return end
   local fs = fskey(q)
-  local st = redis.call('HMGET', fs, 'v', tc)
-  local v = tonumber(st[1]) or 0
-  local p = tonumber(st[2])
+  local v = tonumber(redis.call('HGET', qckey(q), 'fv')) or 0
+  local p = tonumber(redis.call('HGET', fs, tc))
   if p then redis.call('HDEL', fs, tc) end
   if not p or p < v then p = v end
   redis.call('ZADD', fq, fmt(p), tc)
@@ -115,8 +124,14 @@ end
 local function note_waiting(q, t, tn)
   if is_fair(q) then
     local tc = tcode(tn)
-    redis.call('SADD', ftkkey(q, tc), t)
-    join_tenant(q, tc)
+    local fk = ftkkey(q)
+    local joined = redis.call('HGET', fk, tc)
+    if not joined then
+      redis.call('HSET', fk, tc, t)
+      join_tenant(q, tc)
+    elseif not string.find('\0' .. joined .. '\0', '\0' .. t .. '\0', 1, true) then
+      redis.call('HSET', fk, tc, joined .. '\0' .. t)
+    end
   else
     redis.call('SADD', wtkey(q), t)
   end
@@ -133,13 +148,14 @@ local function leave_waiting(id, q, t, tn, pr, ra)
   redis.call('ZREM', K_EXPIRING, id)
 end
 
--- The waiting sets of queue q, as {set key, task} pairs (readers).
+-- The waiting sets of queue q, as {set key, task, tenant code|nil} (readers).
 local function waiting_sets(q)
   local out = {}
   if is_fair(q) then
-    for _, tc in ipairs(redis.call('ZRANGE', fqkey(q), 0, -1)) do
-      for _, t in ipairs(redis.call('SMEMBERS', ftkkey(q, tc))) do
-        out[#out + 1] = {fwkey(q, t, tc), t}
+    local rows = redis.call('HGETALL', ftkkey(q))
+    for i = 1, #rows, 2 do
+      for _, t in ipairs(split_tasks(rows[i + 1])) do
+        out[#out + 1] = {fwkey(q, t, rows[i]), t, rows[i]}
       end
     end
   else
@@ -490,94 +506,200 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     return found
   end
 
-  -- Fair queues. The first claimable job of tenant `tc` of fair queue `q`
-  -- (a candidate {score, member, q, t, set key, group key|nil}), nil when it
-  -- has none; the second value tells whether it has waiting jobs at all.
-  local function tenant_head(q, tc)
-    local tk = ftkkey(q, tc)
+  -- Fair queues: each a stream of jobs in the rule's order, merged into the
+  -- claim below. fq is read in pages and not written until the claim ends
+  -- (so its ranks hold still): the tenants examined so far sit in `seen`, with
+  -- the pass they have in this claim; the next tenant is the smaller, by
+  -- (pass, tenant code), of the first unexamined one of fq and the best
+  -- examined one still claimable. A tenant found with nothing claimable stays
+  -- so for the rest of the claim (budgets and free slots only shrink). A job
+  -- taken leaves its tenant set at once (the next look reads from the top).
+  local removed = {}  -- plain set key -> members claimed from it
+
+  -- The first claimable job of examined tenant `e` of stream `st` (a
+  -- candidate {score, member, q, t, set key, group key|nil, tenant, pass,
+  -- popped}), or nil; the second value tells whether it has waiting jobs at
+  -- all. A tenant with one task and no key cap has its head popped at once
+  -- (put back when not taken).
+  local function tenant_head(st, e)
+    local q, tc = st.q, e.tc
+    local tasks = e.tasks
     local best = nil
     local any = false
-    for _, t in ipairs(redis.call('SMEMBERS', tk)) do
+    local i = 1
+    local changed = false
+    while i <= #tasks do
+      local t = tasks[i]
       local wk = fwkey(q, t, tc)
       local c = nil
+      local empty = false
       local cap = keycaps[t]
       if budget_of(t) <= 0 then
-        if redis.call('EXISTS', wk) == 1 then any = true else redis.call('SREM', tk, t) end
+        if redis.call('EXISTS', wk) == 1 then any = true else empty = true end
       elseif cap then
         local found = free_heads(wk, t, cap, 1)
         if not found then
-          redis.call('SREM', tk, t)
+          empty = true
         else
           any = true
           if found[1] then c = {found[1][1], found[1][2], q, t, wk, found[1][3]} end
         end
       else
-        local head = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
+        local head
+        if #tasks == 1 then
+          head = redis.call('ZPOPMIN', wk)
+        else
+          head = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
+        end
         if #head == 0 then
-          redis.call('SREM', tk, t)
+          empty = true
         else
           any = true
           c = {tonumber(head[2]), head[1], q, t, wk}
+          c[9] = #tasks == 1
         end
       end
-      if c and (not best or c[1] < best[1] or (c[1] == best[1] and c[2] < best[2])) then best = c end
+      if empty then
+        table.remove(tasks, i)
+        changed = true
+      else
+        i = i + 1
+        if c and (not best or c[1] < best[1] or (c[1] == best[1] and c[2] < best[2])) then
+          best = c
+        end
+      end
+    end
+    if changed then
+      if #tasks > 0 then
+        redis.call('HSET', ftkkey(q), tc, table.concat(tasks, '\0'))
+      else
+        redis.call('HDEL', ftkkey(q), tc)
+      end
     end
     return best, any
   end
 
-  -- A fair queue's stream of jobs in the rule's order. Tenants found with
-  -- nothing claimable stay so for the rest of the claim (budgets and free
-  -- slots only shrink), and sort before every later pick (a pick is the
-  -- smallest pass, and a taken tenant's pass grows): they are a prefix of fq,
-  -- `skip` long, not examined again.
-  local function fair_stream(q)
-    local v = tonumber(redis.call('HGET', fskey(q), 'v')) or 0
-    return {q = q, fq = fqkey(q), skip = 0, v = v, v0 = v, head = nil, weights = {}}
+  -- A popped head not taken goes back where it was.
+  local function put_back(c)
+    if c and c[9] then redis.call('ZADD', c[5], fmt(c[1]), c[2]) end
   end
 
+  local function fair_stream(q, vtime, weighted)
+    local v = tonumber(vtime) or 0
+    return {q = q, fq = fqkey(q), v = v, v0 = v, head = nil, seen = {}, page = {}, at = 1,
+      read = 0, ended = false, nw = tonumber(weighted) or 0, weights = {}}
+  end
+
+  -- The first unexamined tenant of fq, as {tc, pass, tasks}, or nil.
+  local function unexamined(st)
+    if st.at > #st.page and not st.ended then
+      local size = math.min(64, limit + 1)
+      local rows = redis.call('ZRANGE', st.fq, st.read, st.read + size - 1, 'WITHSCORES')
+      st.read = st.read + size
+      st.ended = #rows < 2 * size
+      st.page = {}
+      st.at = 1
+      if #rows > 0 then
+        local codes = {}
+        for i = 1, #rows, 2 do codes[#codes + 1] = rows[i] end
+        local joined = redis.call('HMGET', ftkkey(st.q), unpack(codes))
+        for i, tc in ipairs(codes) do
+          st.page[i] = {tc, tonumber(rows[2 * i]), split_tasks(joined[i])}
+        end
+      end
+    end
+    return st.page[st.at]
+  end
+
+  local function before(a_pass, a_tc, b_pass, b_tc)
+    return a_pass < b_pass or (a_pass == b_pass and a_tc < b_tc)
+  end
+
+  -- The stream's next job by the rule (kept as its head until taken), or nil.
   local function fair_peek(st)
     local c = st.head
     if c then
       local t = c[4]
       if budgets[t] > 0 and (not c[6] or held[c[6]] < keycaps[t]) then return c end
-      st.head = nil  -- taken by another queue's job: look again
+      put_back(c)
+      st.head = nil  -- its task's budget or group taken by another queue's job
     end
     while true do
-      local page = redis.call('ZRANGE', st.fq, st.skip, st.skip + 15, 'WITHSCORES')
-      if #page == 0 then return nil end
-      for i = 1, #page, 2 do
-        local tc = page[i]
-        local pass = tonumber(page[i + 1])
-        local head, any = tenant_head(st.q, tc)
-        if head then
-          head[7] = tc
-          head[8] = math.max(pass, st.v)  -- effective pass
-          st.head = head
-          return head
-        elseif any then
-          st.skip = st.skip + 1
-        else
-          -- No waiting job left: no longer a candidate; a pass above vtime is kept.
-          redis.call('ZREM', st.fq, tc)
-          redis.call('DEL', ftkkey(st.q, tc))
-          if pass > st.v then redis.call('HSET', fskey(st.q), tc, fmt(pass)) end
+      local best = nil
+      for _, e in ipairs(st.seen) do
+        if e.state == 'live' and (not best or before(e.pass, e.tc, best.pass, best.tc)) then
+          best = e
         end
       end
+      local u = unexamined(st)
+      if u and (not best or before(u[2], u[1], best.pass, best.tc)) then
+        best = {tc = u[1], pass = u[2], tasks = u[3], state = 'live'}
+        st.seen[#st.seen + 1] = best
+        st.at = st.at + 1
+      end
+      if not best then return nil end
+      local head, any = tenant_head(st, best)
+      if head then
+        head[7] = best
+        head[8] = math.max(best.pass, st.v)  -- effective pass
+        st.head = head
+        return head
+      end
+      best.state = any and 'blocked' or 'gone'
     end
   end
 
-  -- The claim takes `c`, the stream's head: pass = effective + 1 / weight, vtime = effective.
+  -- The claim takes `c`, the stream's head: pass = effective + 1 / weight,
+  -- vtime = effective.
   local function fair_take(st, c)
-    local tc = c[7]
-    local w = st.weights[tc]
-    if not w then
-      w = tonumber(redis.call('HGET', qwkey(st.q), tc)) or 1
-      st.weights[tc] = w
+    local e = c[7]
+    local w = 1
+    if st.nw > 256 then  -- many weights: read one tenant at a time
+      w = st.weights[e.tc]
+      if not w then
+        w = tonumber(redis.call('HGET', qwkey(st.q), e.tc)) or 1
+        st.weights[e.tc] = w
+      end
+    elseif st.nw > 0 then  -- a few: read at once
+      if not st.loaded then
+        local rows = redis.call('HGETALL', qwkey(st.q))
+        for i = 1, #rows, 2 do st.weights[rows[i]] = tonumber(rows[i + 1]) end
+        st.loaded = true
+      end
+      w = st.weights[e.tc] or 1
     end
-    redis.call('ZADD', st.fq, fmt(c[8] + 1 / w), tc)
-    redis.call('ZREM', c[5], c[2])
+    e.pass = c[8] + 1 / w
+    e.moved = true
     st.v = c[8]
     st.head = nil
+    if not c[9] then redis.call('ZREM', c[5], c[2]) end
+  end
+
+  -- The claim's changes to a stream's tenants: new passes, the skipped ones
+  -- vtime overtook lifted to it (their effective pass, so fq's order stays the
+  -- rule's), the drained ones out of fq (a pass above vtime kept in fs:).
+  local function fair_write(st)
+    put_back(st.head)
+    st.head = nil
+    local fs = fskey(st.q)
+    if st.v ~= st.v0 then redis.call('HSET', qckey(st.q), 'fv', fmt(st.v)) end
+    local moves, parked, gone = {}, {}, {}
+    for _, e in ipairs(st.seen) do
+      if e.state == 'gone' then
+        gone[#gone + 1] = e.tc
+        if e.pass > st.v then
+          parked[#parked + 1] = e.tc
+          parked[#parked + 1] = fmt(e.pass)
+        end
+      elseif e.moved or e.pass < st.v then
+        moves[#moves + 1] = fmt(math.max(e.pass, st.v))
+        moves[#moves + 1] = e.tc
+      end
+    end
+    call_many('ZADD', st.fq, moves)
+    call_many('ZREM', st.fq, gone)
+    call_many('HDEL', ftkkey(st.q), gone)
+    call_many('HSET', fs, parked)
   end
 
   -- 4. candidates: the heads of each (queue, task) set the claim may take from
@@ -590,13 +712,13 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     local conf = nil
     if not seen_q[q] then
       seen_q[q] = true
-      conf = redis.call('HMGET', qckey(q), 'paused', 'fair')
+      conf = redis.call('HMGET', qckey(q), 'paused', 'fair', 'fv', 'nw')
       FAIR[q] = conf[2] == 'tenant'
     end
     if conf and conf[1] == '1' then
       -- paused
     elseif conf and FAIR[q] then
-      streams[#streams + 1] = fair_stream(q)
+      streams[#streams + 1] = fair_stream(q, conf[3], conf[4])
     elseif conf then
       for _, t in ipairs(redis.call('SMEMBERS', wtkey(q))) do
         local b = budget_of(t)
@@ -637,7 +759,6 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
   -- slots (a candidate of a capped task may find its group filled by one of
   -- another queue's, taken first); a fair queue's stream merges in by its
   -- head job's place in that order
-  local removed = {}
   local payload_keys = {}
   local act = {}
   local ttl_ids = {}  -- claimed jobs with a TTL: they leave the expiring index
@@ -733,20 +854,7 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     end
   end
   for wk, members in pairs(removed) do call_many('ZREM', wk, members) end
-  for _, st in ipairs(streams) do
-    if st.v ~= st.v0 then
-      redis.call('HSET', fskey(st.q), 'v', fmt(st.v))
-      -- The tenants skipped, vtime overtook: lifted to it (their effective
-      -- pass), so fq's order stays the rule's order.
-      local behind = redis.call('ZRANGE', st.fq, '-inf', '(' .. fmt(st.v), 'BYSCORE')
-      local lift = {}
-      for _, tc in ipairs(behind) do
-        lift[#lift + 1] = fmt(st.v)
-        lift[#lift + 1] = tc
-      end
-      call_many('ZADD', st.fq, lift)
-    end
-  end
+  for _, st in ipairs(streams) do fair_write(st) end
   call_many('ZREM', K_EXPIRING, ttl_ids)
   add_active(K_ACTIVE, act)
   move_slots('SADD', slots)

@@ -19,11 +19,9 @@ local function add(into, tc, n)
   into[tc] = (into[tc] or 0) + n
 end
 if is_fair(q) then
-  for _, tc in ipairs(redis.call('ZRANGE', fqkey(q), 0, -1)) do
-    for _, t in ipairs(redis.call('SMEMBERS', ftkkey(q, tc))) do
-      local n = redis.call('ZCARD', fwkey(q, t, tc))
-      if n > 0 then add(waiting, tc, n) end
-    end
+  for _, s in ipairs(waiting_sets(q)) do
+    local n = redis.call('ZCARD', s[1])
+    if n > 0 then add(waiting, s[3], n) end
   end
 else
   for _, s in ipairs(waiting_sets(q)) do
