@@ -126,7 +126,14 @@ async def purge_jobs(writer: ThreadConnection, where: JobFilter) -> int:
 
 
 def configure_queue(conn: sqlite3.Connection, info: QueueInfo) -> None:
-    conn.execute(Q.configure_queue, {"name": info.name, "max_size": info.max_size, "ttl": info.ttl})
+    params = {
+        "name": info.name,
+        "max_size": info.max_size,
+        "ttl": info.ttl,
+        "fairness": info.fairness,
+        "weights": dumps_str(info.weights) if info.weights else None,
+    }
+    conn.execute(Q.configure_queue, params)
 
 
 def set_queue_paused(conn: sqlite3.Connection, name: str, paused: bool) -> None:

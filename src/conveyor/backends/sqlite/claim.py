@@ -19,6 +19,7 @@ from conveyor.backends.base import ClaimRequest, ClaimResult
 from conveyor.backends.sqlite.connection import ThreadConnection
 from conveyor.backends.sqlite.decode import Row, claim_order, job_from_row
 from conveyor.backends.sqlite.dependencies import finished_with_dependents, resolve_dependents
+from conveyor.backends.sqlite.fair import Limits, claim_fair, fair_request
 from conveyor.backends.sqlite.queries import Q, json_param
 from conveyor.backends.worksignal import WorkSignal
 from conveyor.errors import BackendError
@@ -95,7 +96,10 @@ def claim(conn: sqlite3.Connection, request: ClaimRequest) -> ClaimResult:
         "limit": limit,
         "blocked": json_param(sorted(excluded)),
     }
-    if caps or key_caps:
+    fair = fair_request(conn, queues)
+    if fair is not None:
+        rows = claim_fair(conn, params, queues, fair, Limits(caps, set(excluded), key_caps))
+    elif caps or key_caps:
         rows = _claim_capped(conn, params, caps, excluded, key_caps)
     else:
         rows = conn.execute(Q.claim_fast, params).fetchall()

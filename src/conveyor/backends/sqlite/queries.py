@@ -69,6 +69,16 @@ class Queries:
     claim_key_candidates: LiteralString
     key_slots_used: LiteralString
     claim_ids: LiteralString
+    fair_queues: LiteralString
+    fair_tenants: LiteralString
+    fair_untenanted: LiteralString
+    fair_head: LiteralString
+    plain_head: LiteralString
+    fair_passes_of: LiteralString
+    fair_pass_update: LiteralString
+    fair_pass_insert: LiteralString
+    fair_passes_trim: LiteralString
+    fair_vtime: LiteralString
     rate_trim: LiteralString
     rate_used: LiteralString
     rate_record: LiteralString

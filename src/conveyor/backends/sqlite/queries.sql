@@ -263,6 +263,90 @@ WHERE state = 'active' AND concurrency_key IS NULL
   AND task IN (SELECT value FROM json_each(:tasks))
 GROUP BY task;
 
+-- name: fair_queues
+-- The configured queues among :queues (JSON array) when one of them is fair,
+-- with their pause flag, fairness, weights and virtual time; no row when none
+-- is (a plain claim pays one primary-key probe per queue). Tables: queues.
+SELECT name, paused, fairness, weights, vtime
+FROM queues
+WHERE name IN (SELECT value FROM json_each(:queues))
+  AND EXISTS (
+      SELECT 1 FROM queues AS f
+      WHERE f.fairness IS NOT NULL AND f.name IN (SELECT value FROM json_each(:queues)));
+
+-- name: fair_tenants
+-- The distinct tenants of a queue's waiting jobs but NULL, in name order: a
+-- loose index scan, one seek per tenant, however many jobs each one has
+-- waiting. Tables: jobs (jobs_fair).
+WITH RECURSIVE walk (tenant) AS (
+    SELECT (
+        SELECT tenant FROM jobs INDEXED BY jobs_fair
+        WHERE state = 'waiting' AND queue = :queue AND tenant IS NOT NULL
+        ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (
+        SELECT j.tenant FROM jobs AS j INDEXED BY jobs_fair
+        WHERE j.state = 'waiting' AND j.queue = :queue AND j.tenant > walk.tenant
+        ORDER BY j.tenant LIMIT 1)
+    FROM walk
+    WHERE walk.tenant IS NOT NULL
+)
+SELECT tenant FROM walk WHERE tenant IS NOT NULL;
+
+-- name: fair_untenanted
+-- Whether a queue has waiting jobs without a tenant (one seek). Tables: jobs (jobs_fair).
+SELECT EXISTS (
+    SELECT 1 FROM jobs INDEXED BY jobs_fair
+    WHERE state = 'waiting' AND queue = :queue AND tenant IS NULL);
+
+-- name: fair_head
+-- One tenant's first claimable job in claim order (:tenant NULL: the jobs
+-- without a tenant), past the tasks in :excluded and the full key groups in
+-- :full (as claim_key_candidates). Tables: jobs (jobs_fair).
+SELECT id, task, concurrency_key, priority, run_at
+FROM jobs INDEXED BY jobs_fair
+WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant AND run_at <= :now
+  AND task NOT IN (SELECT value FROM json_each(:excluded))
+  AND json_array(task, concurrency_key) NOT IN (
+      SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
+      FROM json_each(:full) AS g)
+ORDER BY priority DESC, run_at, id
+LIMIT 1;
+
+-- name: plain_head
+-- A plain queue's first claimable job, for a claim that also names a fair
+-- queue (the streams are merged in Python). Tables: jobs (jobs_claim).
+SELECT id, task, concurrency_key, priority, run_at
+FROM jobs INDEXED BY jobs_claim
+WHERE state = 'waiting' AND queue = :queue AND run_at <= :now
+  AND task NOT IN (SELECT value FROM json_each(:excluded))
+  AND json_array(task, concurrency_key) NOT IN (
+      SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
+      FROM json_each(:full) AS g)
+ORDER BY priority DESC, run_at, id
+LIMIT 1;
+
+-- name: fair_passes_of
+-- The stored passes of a fair queue. Tables: fair_passes (fair_passes_key).
+SELECT tenant, pass FROM fair_passes WHERE queue = :queue;
+
+-- name: fair_pass_update
+-- Set one tenant's pass (no row changed: the caller inserts). Tables: fair_passes.
+UPDATE fair_passes SET pass = :pass WHERE queue = :queue AND tenant IS :tenant;
+
+-- name: fair_pass_insert
+-- A tenant's first pass. Tables: fair_passes.
+INSERT INTO fair_passes (queue, tenant, pass) VALUES (:queue, :tenant, :pass);
+
+-- name: fair_passes_trim
+-- Forget passes at or below the queue's vtime (they are clamped to it anyway).
+-- Tables: fair_passes (fair_passes_key).
+DELETE FROM fair_passes WHERE queue = :queue AND pass <= :vtime;
+
+-- name: fair_vtime
+-- Store a fair queue's virtual time. Tables: queues.
+UPDATE queues SET vtime = :vtime WHERE name = :queue;
+
 -- name: claim_ids
 -- The slow path's claim of the chosen :ids (JSON array). Tables: jobs.
 UPDATE jobs
@@ -555,7 +639,7 @@ GROUP BY state, queue;
 
 -- name: queue_rows
 -- Every configured queue. Tables: queues.
-SELECT name, paused, max_size, ttl
+SELECT name, paused, max_size, ttl, fairness, weights
 FROM queues
 ORDER BY name;
 
@@ -848,21 +932,36 @@ WHERE at <= :now - period;
 -- ------------------------------------------------------------------ queues --
 
 -- name: configure_queue
--- Create or update a queue's limits, keeping its paused flag. Tables: queues.
-INSERT INTO queues (name, max_size, ttl)
-VALUES (:name, :max_size, :ttl)
+-- Create or update a queue's options, keeping its paused flag and its fair
+-- state (vtime, passes). Tables: queues.
+INSERT INTO queues (name, max_size, ttl, fairness, weights)
+VALUES (:name, :max_size, :ttl, :fairness, :weights)
 ON CONFLICT (name) DO UPDATE SET
     max_size = excluded.max_size,
-    ttl = excluded.ttl;
+    ttl = excluded.ttl,
+    fairness = excluded.fairness,
+    weights = excluded.weights;
 
 -- name: tenant_counts
 -- Waiting (+ delayed) and active jobs per tenant of one queue, most waiting
--- first, the None tenant first among equals. Tables: jobs.
-SELECT tenant,
-       sum(state IN ('waiting', 'delayed')) AS waiting,
-       sum(state = 'active') AS active
-FROM jobs
-WHERE queue = :queue AND state IN ('waiting', 'delayed', 'active')
+-- first, the None tenant first among equals: each state from its own partial
+-- index (waiting index-only), never the finished jobs. Tables: jobs.
+SELECT tenant, sum(waiting) AS waiting, sum(active) AS active
+FROM (
+    SELECT tenant, count(*) AS waiting, 0 AS active
+    FROM jobs INDEXED BY jobs_fair
+    WHERE state = 'waiting' AND queue = :queue
+    GROUP BY tenant
+    UNION ALL
+    SELECT tenant, count(*), 0
+    FROM jobs INDEXED BY jobs_delayed
+    WHERE state = 'delayed' AND queue = :queue
+    GROUP BY tenant
+    UNION ALL
+    SELECT tenant, 0, count(*)
+    FROM jobs INDEXED BY jobs_lease
+    WHERE state = 'active' AND queue = :queue
+    GROUP BY tenant)
 GROUP BY tenant
 ORDER BY waiting DESC, active DESC, tenant IS NOT NULL, tenant
 LIMIT :limit;

@@ -16,7 +16,7 @@ from conveyor.backends.base import JobFilter, QueueInfo, TenantCount
 from conveyor.backends.sqlite.decode import job_from_row
 from conveyor.backends.sqlite.queries import Q
 from conveyor.job import Job, JobState
-from conveyor.serialization import dumps_str
+from conveyor.serialization import dumps_str, loads
 
 _RARE_FINISHED = frozenset({JobState.FAILED, JobState.CANCELLED})
 
@@ -98,13 +98,25 @@ def oldest_waiting(conn: sqlite3.Connection) -> dict[str, float]:
 
 def list_queues(conn: sqlite3.Connection) -> list[QueueInfo]:
     queues = {
-        name: QueueInfo(name=name, paused=bool(paused), max_size=max_size, ttl=ttl)
-        for name, paused, max_size, ttl in conn.execute(Q.queue_rows)
+        name: QueueInfo(
+            name=name,
+            paused=bool(paused),
+            max_size=max_size,
+            ttl=ttl,
+            fairness=fairness,
+            weights=weights_of(weights),
+        )
+        for name, paused, max_size, ttl, fairness, weights in conn.execute(Q.queue_rows)
     }
     for queue, _, _ in conn.execute(Q.counts_by_queue):
         if queue not in queues:
             queues[queue] = QueueInfo(name=queue)
     return sorted(queues.values(), key=lambda q: q.name)
+
+
+def weights_of(stored: str | None) -> dict[str, float]:
+    """A queue's weights column (a JSON object, or NULL for none)."""
+    return {} if stored is None else {str(t): float(w) for t, w in loads(stored).items()}
 
 
 def tenant_counts(conn: sqlite3.Connection, queue: str, limit: int) -> list[TenantCount]:

@@ -77,6 +77,10 @@ CREATE INDEX jobs_blocked ON jobs (queue) WHERE state = 'blocked';
 -- keyless group is counted through jobs_lease).
 CREATE INDEX jobs_key_active ON jobs (task, concurrency_key)
     WHERE state = 'active' AND concurrency_key IS NOT NULL;
+-- Fair claims: the distinct tenants of a queue's waiting jobs (a loose index
+-- scan) and each tenant's first job in claim order (0006).
+CREATE INDEX jobs_fair ON jobs (queue, tenant, priority DESC, run_at, id)
+    WHERE state = 'waiting';
 
 -- The dependencies a blocked job still waits for, one row per (dependency,
 -- dependent). Written at enqueue for the dependencies not finished yet; a
@@ -108,7 +112,21 @@ CREATE TABLE queues (
     paused   INTEGER NOT NULL DEFAULT 0,
     max_size INTEGER,
     ttl      REAL
+    -- Added by 0006 (fair queues): fairness NULL (plain) or 'tenant'; weights
+    -- a JSON object tenant -> weight (NULL: all weigh 1); vtime the virtual time.
+    , fairness TEXT,
+    weights TEXT,
+    vtime REAL NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
+
+-- pass[queue, tenant] of a fair queue's rule (tenant NULL: jobs without one);
+-- one row per pair, kept so by the single writer.
+CREATE TABLE fair_passes (
+    queue  TEXT NOT NULL,
+    tenant TEXT,
+    pass   REAL NOT NULL
+);
+CREATE INDEX fair_passes_key ON fair_passes (queue, tenant);
 
 -- Circuit breakers, per task (no row = closed, no failures).
 CREATE TABLE circuits (
