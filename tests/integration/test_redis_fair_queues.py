@@ -190,3 +190,36 @@ async def test_fair_redis_waiting_listings_and_counts_see_the_tenant_sets(
     counts = {c.tenant: (c.waiting, c.active) for c in await backend.tenant_counts(Q)}
     assert counts == {"A": (2, 1), None: (1, 1), "B": (1, 0)}
     assert [t.tenant for t in await backend.tenant_counts(Q, limit=1)] == ["A"]
+
+
+async def test_fair_redis_a_head_taken_from_its_set_but_not_claimed_goes_back(
+    backend: RedisBackend,
+) -> None:
+    # A fair queue's head is taken from its tenant set as the claim looks at it;
+    # here a plain queue's job of higher priority uses the task's only slot.
+    await _fair(backend)
+    await backend.enqueue_jobs(_jobs("A", 2))
+    await backend.enqueue_jobs([NewJob(new_ids(1)[0], "t", "plain", b"{}", priority=5)])
+    request = ClaimRequest("w1", [Q, "plain"], 5, 30.0, task_limits={"t": 1})
+    got = (await backend.claim_jobs(request)).jobs
+    assert [j.queue for j in got] == ["plain"]
+    assert await backend.count_jobs(JobFilter(states=[JobState.WAITING], queue=Q)) == 2
+    assert await _tenants(backend, limit=5) == "AA"
+
+
+async def test_fair_redis_a_tenant_with_several_tasks_takes_its_first_claimable_job(
+    backend: RedisBackend,
+) -> None:
+    await _fair(backend)
+    first, second, third = new_ids(3)
+    await backend.enqueue_jobs(
+        [
+            NewJob(first, "t", Q, b"{}", tenant="A"),
+            NewJob(second, "u", Q, b"{}", tenant="A", priority=1),
+            NewJob(third, "t", Q, b"{}", tenant="B"),
+        ]
+    )
+    # u blocked by its cap: A's first claimable job is t's, then B's turn.
+    request = ClaimRequest("w1", [Q], 2, 30.0, task_limits={"u": 0})
+    assert [j.id for j in (await backend.claim_jobs(request)).jobs] == [first, third]
+    assert [j.id for j in (await backend.claim_jobs(_claim(5))).jobs] == [second]
