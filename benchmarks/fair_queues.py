@@ -28,7 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,16 +62,24 @@ async def enqueue_spread(app: Conveyor, jobs: int, tenants: int) -> None:
         await app.enqueue_many(items[start : start + 1000])
 
 
-async def drain_rate(url: str, fair: bool, jobs: int, tenants: int) -> float:
+async def drain_rate(
+    url: str, fair: bool, jobs: int, tenants: int, cpu: Callable[[], float | None]
+) -> tuple[float, float | None]:
+    """Jobs/s of the drain, and the store server's CPU ms per 1,000 jobs (Redis)."""
     app = build_app(url, fair)
     try:
         await enqueue_spread(app, jobs, tenants)
+        cpu_before = cpu()
         began = time.perf_counter()
         done = await app.drain()
         elapsed = time.perf_counter() - began
+        cpu_after = cpu()
         if done != jobs:
             raise RuntimeError(f"drained {done} of {jobs}")
-        return jobs / elapsed
+        spent = None
+        if cpu_before is not None and cpu_after is not None:
+            spent = (cpu_after - cpu_before) * 1e6 / jobs
+        return jobs / elapsed, spent
     finally:
         await app.close()
 
@@ -127,16 +135,23 @@ def fresh_url(store: str, label: str, redis: RedisStore | None) -> Iterator[str]
 def measure(store: str, args: argparse.Namespace) -> None:
     fair: list[float] = []
     plain: list[float] = []
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     loaded: list[float] = []
     alone: list[float] = []
     left: list[int] = []
     redis = RedisStore() if store == "redis" else None
     try:
+        server_cpu = redis.cpu_seconds if redis is not None else lambda: None
         for repetition in range(args.repeat):
-            with fresh_url(store, f"plain{repetition}", redis) as url:
-                plain.append(asyncio.run(drain_rate(url, False, args.jobs, args.tenants)))
-            with fresh_url(store, f"fair{repetition}", redis) as url:
-                fair.append(asyncio.run(drain_rate(url, True, args.jobs, args.tenants)))
+            # Alternate which goes first: a noisy moment should not favour one.
+            for is_fair in (False, True) if repetition % 2 == 0 else (True, False):
+                with fresh_url(store, f"drain{repetition}{is_fair}", redis) as url:
+                    rate, spent = asyncio.run(
+                        drain_rate(url, is_fair, args.jobs, args.tenants, server_cpu)
+                    )
+                (fair if is_fair else plain).append(rate)
+                if spent is not None:
+                    cpu[is_fair].append(spent)
             with fresh_url(store, f"alone{repetition}", redis) as url:
                 alone.append(asyncio.run(pickup_p99(url, 0))[0])
             with fresh_url(store, f"backlog{repetition}", redis) as url:
@@ -152,6 +167,11 @@ def measure(store: str, args: argparse.Namespace) -> None:
         f"{statistics.median(plain):8,.0f}/s  ratio {statistics.median(ratios):.2f} "
         f"(each: {', '.join(f'{r:.2f}' for r in ratios)})"
     )
+    if cpu[True] and cpu[False]:
+        print(
+            f"{store:8} drain server CPU per 1k jobs: fair {statistics.median(cpu[True]):.1f} ms, "
+            f"plain {statistics.median(cpu[False]):.1f} ms"
+        )
     pickup_ratios = [b / a for b, a in zip(loaded, alone, strict=True)]
     print(
         f"{store:8} B pickup p99 with A's backlog {statistics.median(loaded):.2f} ms, "

@@ -511,7 +511,7 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
   -- (so its ranks hold still): the tenants examined so far sit in `seen`, with
   -- the pass they have in this claim; the next tenant is the smaller, by
   -- (pass, tenant code), of the first unexamined one of fq and the best
-  -- examined one still claimable. A tenant found with nothing claimable stays
+  -- examined one still claimable (a heap). A tenant found with nothing claimable stays
   -- so for the rest of the claim (budgets and free slots only shrink). A job
   -- taken leaves its tenant set at once (the next look reads from the top).
   local removed = {}  -- plain set key -> members claimed from it
@@ -586,8 +586,8 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
 
   local function fair_stream(q, vtime, weighted)
     local v = tonumber(vtime) or 0
-    return {q = q, fq = fqkey(q), v = v, v0 = v, head = nil, seen = {}, page = {}, at = 1,
-      read = 0, ended = false, nw = tonumber(weighted) or 0, weights = {}}
+    return {q = q, fq = fqkey(q), v = v, v0 = v, head = nil, cur = nil, seen = {}, live = {},
+      page = {}, at = 1, read = 0, ended = false, nw = tonumber(weighted) or 0, weights = {}}
   end
 
   -- The first unexamined tenant of fq, as {tc, pass, tasks}, or nil.
@@ -615,6 +615,34 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     return a_pass < b_pass or (a_pass == b_pass and a_tc < b_tc)
   end
 
+  -- The examined tenants still claimable, a binary heap by (pass, tenant code).
+  local function heap_push(h, e)
+    local i = #h + 1
+    h[i] = e
+    while i > 1 do
+      local up = math.floor(i / 2)
+      if not before(h[i].pass, h[i].tc, h[up].pass, h[up].tc) then break end
+      h[i], h[up] = h[up], h[i]
+      i = up
+    end
+  end
+
+  local function heap_pop(h)
+    local top = h[1]
+    local last = table.remove(h)
+    if #h == 0 then return top end
+    h[1] = last
+    local i = 1
+    while true do
+      local l, r, m = 2 * i, 2 * i + 1, i
+      if l <= #h and before(h[l].pass, h[l].tc, h[m].pass, h[m].tc) then m = l end
+      if r <= #h and before(h[r].pass, h[r].tc, h[m].pass, h[m].tc) then m = r end
+      if m == i then return top end
+      h[i], h[m] = h[m], h[i]
+      i = m
+    end
+  end
+
   -- The stream's next job by the rule (kept as its head until taken), or nil.
   local function fair_peek(st)
     local c = st.head
@@ -625,19 +653,22 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
       st.head = nil  -- its task's budget or group taken by another queue's job
     end
     while true do
-      local best = nil
-      for _, e in ipairs(st.seen) do
-        if e.state == 'live' and (not best or before(e.pass, e.tc, best.pass, best.tc)) then
-          best = e
+      -- st.cur: the tenant whose turn it is (out of the heap until it is taken)
+      local best = st.cur
+      if not best then
+        local top = st.live[1]
+        local u = unexamined(st)
+        if u and (not top or before(u[2], u[1], top.pass, top.tc)) then
+          best = {tc = u[1], pass = u[2], tasks = u[3], state = 'live'}
+          st.seen[#st.seen + 1] = best
+          st.at = st.at + 1
+        elseif top then
+          best = heap_pop(st.live)
+        else
+          return nil
         end
+        st.cur = best
       end
-      local u = unexamined(st)
-      if u and (not best or before(u[2], u[1], best.pass, best.tc)) then
-        best = {tc = u[1], pass = u[2], tasks = u[3], state = 'live'}
-        st.seen[#st.seen + 1] = best
-        st.at = st.at + 1
-      end
-      if not best then return nil end
       local head, any = tenant_head(st, best)
       if head then
         head[7] = best
@@ -646,6 +677,7 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
         return head
       end
       best.state = any and 'blocked' or 'gone'
+      st.cur = nil
     end
   end
 
@@ -670,6 +702,8 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     end
     e.pass = c[8] + 1 / w
     e.moved = true
+    heap_push(st.live, e)
+    st.cur = nil
     st.v = c[8]
     st.head = nil
     if not c[9] then redis.call('ZREM', c[5], c[2]) end
