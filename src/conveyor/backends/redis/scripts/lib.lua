@@ -56,8 +56,9 @@ local function ftkkey(q) return PFX .. 'ftk:' .. q end
 
 -- A tenant's tasks (the value of its ftk: field) as a list, and back.
 local function split_tasks(joined)
+  if not joined then return {} end
+  if not string.find(joined, '\0', 1, true) then return {joined} end  -- most: one task
   local out = {}
-  if not joined then return out end
   for t in string.gmatch(joined, '[^%z]+') do out[#out + 1] = t end
   return out
 end
