@@ -179,7 +179,7 @@ local all = {}
 local timer = false
 local expiring, delayed, payloads, dups = {}, {}, {}, {}
 local blocked = {}      -- ZADD arguments of the blocked index
-local waits = {}        -- queue -> waiting set key -> ZADD arguments
+local waits = {}        -- queue -> task (fair: task NUL tenant) -> {set key, ZADD arguments}
 local prefixes = {}     -- run_at text -> wmember's prefix (most jobs share one)
 local out = {'ok', fmt(now)}
 local nowtext = fmt(now)
@@ -257,13 +257,15 @@ for i = 1, n do
       -- Batched per (queue, task): one ZADD for the whole run of jobs.
       local sets = waits[q]
       if not sets then sets = {}; waits[q] = sets end
-      local wk = waiting_set(q, t, o[7])
-      local list = sets[wk]
-      if not list then
-        list = {}
-        sets[wk] = list
+      local lane = t
+      if FAIR[q] then lane = t .. '\0' .. tcode(o[7]) end
+      local w = sets[lane]
+      if not w then
+        w = {waiting_set(q, t, o[7]), {}}
+        sets[lane] = w
         note_waiting(q, t, o[7])
       end
+      local list = w[2]
       local prefix = prefixes[ratext]
       if not prefix then
         prefix = wmember(run_at, '')
@@ -324,7 +326,7 @@ for i = 1, #payloads, 4000 do
 end
 call_many('ZADD', K_ALL, all)
 for _, sets in pairs(waits) do
-  for wk, list in pairs(sets) do call_many('ZADD', wk, list) end
+  for _, w in pairs(sets) do call_many('ZADD', w[1], w[2]) end
 end
 call_many('ZADD', K_EXPIRING, expiring)
 call_many('ZADD', K_DELAYED, delayed)
@@ -335,7 +337,7 @@ for q, _ in pairs(counts) do redis.call('SADD', K_QUEUES, q) end
 local still_waiting = {}
 for q, sets in pairs(waits) do
   local keys = {}
-  for wk, _ in pairs(sets) do keys[#keys + 1] = wk end
+  for _, w in pairs(sets) do keys[#keys + 1] = w[1] end
   still_waiting[q] = hand_off(now, q, keys, counts)
 end
 flush(counts)
