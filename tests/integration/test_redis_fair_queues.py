@@ -223,3 +223,23 @@ async def test_fair_redis_a_tenant_with_several_tasks_takes_its_first_claimable_
     request = ClaimRequest("w1", [Q], 2, 30.0, task_limits={"u": 0})
     assert [j.id for j in (await backend.claim_jobs(request)).jobs] == [first, third]
     assert [j.id for j in (await backend.claim_jobs(_claim(5))).jobs] == [second]
+
+
+async def test_fair_redis_jobs_popped_but_not_claimed_keep_their_order(
+    backend: RedisBackend,
+) -> None:
+    # A tenant served several times in one claim has its set popped ahead
+    # (1, 2, 4 ... jobs); what the claim does not take goes back in place.
+    await _fair(backend)
+    jobs = [
+        NewJob(job_id, "t", Q, b"{}", tenant="A", priority=n % 3)
+        for n, job_id in enumerate(new_ids(10))
+    ]
+    await backend.enqueue_jobs(jobs)
+    usual = [j.id for j in sorted(jobs, key=lambda j: (-j.priority, j.id))]
+    first = [j.id for j in (await backend.claim_jobs(_claim(4))).jobs]
+    assert first == usual[:4]
+    waiting = JobFilter(states=[JobState.WAITING], queue=Q)
+    assert await backend.count_jobs(waiting) == 6
+    rest = [j.id for j in (await backend.claim_jobs(_claim(10))).jobs]
+    assert rest == usual[4:]

@@ -514,14 +514,18 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
   -- (pass, tenant code), of the first unexamined one of fq and the best
   -- examined one still claimable (a heap). A tenant found with nothing claimable stays
   -- so for the rest of the claim (budgets and free slots only shrink). A job
-  -- taken leaves its tenant set at once (the next look reads from the top).
+  -- taken leaves its tenant set at once (the next look reads from the top),
+  -- except from the set of a tenant with one task and no key cap: that set is
+  -- popped into `popped` (1 job, then twice as many at each refill: a tenant
+  -- served again and again in one claim costs a few calls, not one per job),
+  -- and what the claim did not take goes back at the end.
   local removed = {}  -- plain set key -> members claimed from it
+  local popped = {}   -- tenant set key -> {rows = {member, score...}, at, n}
 
   -- The first claimable job of examined tenant `e` of stream `st` (a
   -- candidate {score, member, q, t, set key, group key|nil, tenant, pass,
-  -- popped}), or nil; the second value tells whether it has waiting jobs at
-  -- all. A tenant with one task and no key cap has its head popped at once
-  -- (put back when not taken).
+  -- its `popped` buffer|nil}), or nil; the second value tells whether it has
+  -- waiting jobs at all.
   local function tenant_head(st, e)
     local q, tc = st.q, e.tc
     local tasks = e.tasks
@@ -535,8 +539,13 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
       local c = nil
       local empty = false
       local cap = keycaps[t]
+      local buf = popped[wk]
       if budget_of(t) <= 0 then
-        if redis.call('EXISTS', wk) == 1 then any = true else empty = true end
+        if (buf and buf.at <= #buf.rows) or redis.call('EXISTS', wk) == 1 then
+          any = true
+        else
+          empty = true
+        end
       elseif cap then
         local found = free_heads(wk, t, cap, 1)
         if not found then
@@ -546,18 +555,27 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
           if found[1] then c = {found[1][1], found[1][2], q, t, wk, found[1][3]} end
         end
       else
-        local head
-        if #tasks == 1 then
-          head = redis.call('ZPOPMIN', wk)
+        if #tasks == 1 or buf then
+          if not buf or buf.at > #buf.rows then
+            local n = buf and math.min(buf.n * 2, 64) or 1
+            buf = {rows = redis.call('ZPOPMIN', wk, n), at = 1, n = n}
+            popped[wk] = buf
+          end
+          if buf.at > #buf.rows then
+            empty = true
+          else
+            any = true
+            c = {tonumber(buf.rows[buf.at + 1]), buf.rows[buf.at], q, t, wk}
+            c[9] = buf
+          end
         else
-          head = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
-        end
-        if #head == 0 then
-          empty = true
-        else
-          any = true
-          c = {tonumber(head[2]), head[1], q, t, wk}
-          c[9] = #tasks == 1
+          local head = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
+          if #head == 0 then
+            empty = true
+          else
+            any = true
+            c = {tonumber(head[2]), head[1], q, t, wk}
+          end
         end
       end
       if empty then
@@ -580,9 +598,16 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     return best, any
   end
 
-  -- A popped head not taken goes back where it was.
-  local function put_back(c)
-    if c and c[9] then redis.call('ZADD', c[5], fmt(c[1]), c[2]) end
+  -- The popped jobs the claim did not take go back where they were.
+  local function put_back_popped()
+    for wk, buf in pairs(popped) do
+      local back = {}
+      for i = buf.at, #buf.rows, 2 do
+        back[#back + 1] = buf.rows[i + 1]
+        back[#back + 1] = buf.rows[i]
+      end
+      call_many('ZADD', wk, back)
+    end
   end
 
   local function fair_stream(q, vtime, weighted)
@@ -650,7 +675,6 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     if c then
       local t = c[4]
       if budgets[t] > 0 and (not c[6] or held[c[6]] < keycaps[t]) then return c end
-      put_back(c)
       st.head = nil  -- its task's budget or group taken by another queue's job
     end
     while true do
@@ -707,14 +731,13 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     st.cur = nil
     st.v = c[8]
     st.head = nil
-    if not c[9] then redis.call('ZREM', c[5], c[2]) end
+    if c[9] then c[9].at = c[9].at + 2 else redis.call('ZREM', c[5], c[2]) end
   end
 
   -- The claim's changes to a stream's tenants: new passes, the skipped ones
   -- vtime overtook lifted to it (their effective pass, so fq's order stays the
   -- rule's), the drained ones out of fq (a pass above vtime kept in fs:).
   local function fair_write(st)
-    put_back(st.head)
     st.head = nil
     local fs = fskey(st.q)
     if st.v ~= st.v0 then redis.call('HSET', qckey(st.q), 'fv', fmt(st.v)) end
@@ -889,6 +912,7 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     end
   end
   for wk, members in pairs(removed) do call_many('ZREM', wk, members) end
+  put_back_popped()
   for _, st in ipairs(streams) do fair_write(st) end
   call_many('ZREM', K_EXPIRING, ttl_ids)
   add_active(K_ACTIVE, act)
