@@ -167,10 +167,14 @@ class ConveyorSide:
         self.wait_done(1, proc)
 
     # workloads
-    def drain(self, n: int, processes: int) -> dict[str, float]:
+    def drain(
+        self, n: int, processes: int, store: Callable[[int], float] | None = None
+    ) -> dict[str, float]:
+        """``n`` no-op jobs stored by ``store(n)`` (default: ``enqueue_many`` in
+        batches; it returns the seconds it took), then drained."""
         cpu0 = self.server_cpu()
         producer0 = time.process_time()
-        enqueue_s = self.enqueue_bulk("bench.noop", n)
+        enqueue_s = self.enqueue_bulk("bench.noop", n) if store is None else store(n)
         producer_s = time.process_time() - producer0
         cpu1, enqueued_at = self.server_cpu(), time.time()
         procs = [self.start_worker(k) for k in range(processes)]

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from conveyor.backends.base import Backend, QueueInfo, ScheduleSpec, WorkerInfo
+from conveyor.backends.base import Backend, QueueInfo, ScheduleSpec, TenantCount, WorkerInfo
 from conveyor.dlq import DeadLetters
 from conveyor.errors import JobNotFound, UnknownTask
 from conveyor.events import Callback, EventBus
 from conveyor.filters import job_filter
-from conveyor.flow import KeyUsage, key_usage
+from conveyor.flow import TENANTS_SHOWN, KeyUsage, key_usage, tenant_usage
 from conveyor.job import FailureReason, Job, JobState
 from conveyor.queueoptions import queue_info
 from conveyor.retry import Backoff
@@ -293,6 +293,12 @@ class Conveyor:
     async def queues(self) -> list[QueueInfo]:
         backend = await self.connect()
         return await backend.list_queues()
+
+    async def tenant_usage(self, limit: int = TENANTS_SHOWN) -> dict[str, list[TenantCount]]:
+        """Per fair queue, waiting (and delayed) and running jobs of its ``limit``
+        tenants with most waiting."""
+        backend = await self.connect()
+        return await tenant_usage(backend, await backend.list_queues(), limit)
 
     async def pause_queue(self, name: str) -> None:
         backend = await self.connect()

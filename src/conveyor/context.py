@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
 from typing import Any
 
 from conveyor import serialization
 from conveyor.job import Job, JobState
 
 logger = logging.getLogger("conveyor.job")
+
+#: How many dependencies ``iter_dependency_results`` reads per backend call.
+DEPENDENCY_PAGE_SIZE = 500
 
 
 class _Done:
@@ -66,10 +69,36 @@ class JobContext:
         """The results of the jobs this one depends on (``depends_on``; in a
         chain the step before, in a chord every member of the group), in the
         order they were given. A dependency that failed, was cancelled (policy
-        ``run``) or has since been deleted gives ``None``."""
+        ``run``) or has since been deleted gives ``None``.
+
+        Reads them all in one backend call and holds them all at once; for a
+        callback over thousands of results, :meth:`iter_dependency_results`
+        reads them a page at a time."""
         wanted = self.job.depends_on
         if not wanted:
             return []
+        return await self._results_of(wanted)
+
+    async def iter_dependency_results(
+        self, page_size: int = DEPENDENCY_PAGE_SIZE
+    ) -> AsyncIterator[Any]:
+        """The results of :meth:`dependency_results`, in the same order with the
+        same ``None`` rules, read from the store ``page_size`` jobs per call::
+
+            async for result in ctx.iter_dependency_results():
+                total += result
+
+        Only one page of jobs is held at a time, so a chord's callback over
+        10,000 members keeps memory bounded by the page, not the group."""
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size must be a positive int, not {page_size!r}")
+        wanted = self.job.depends_on
+        for start in range(0, len(wanted), page_size):
+            for result in await self._results_of(wanted[start : start + page_size]):
+                yield result
+
+    async def _results_of(self, wanted: Sequence[str]) -> list[Any]:
+        """The results of ``wanted``, in its order, in one backend read."""
         if self._read_jobs is None:
             raise RuntimeError("this JobContext cannot read other jobs (no backend given)")
         found = {job.id: job for job in await self._read_jobs(wanted)}

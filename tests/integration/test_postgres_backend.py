@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from conveyor.backends.base import ClaimRequest, NewJob
 from conveyor.backends.postgres import PostgresBackend
 from conveyor.backends.postgres.migrate import LATEST
+from conveyor.backends.postgres.queries import for_schema
 from conveyor.backends.postgres.url import parse_url
 from conveyor.cli.main import cli
 from conveyor.errors import BackendUnavailable, ConfigurationError
@@ -147,6 +148,43 @@ async def test_the_claim_walks_the_claim_index(backend: PostgresBackend, postgre
     assert all("jobs_claim" in p and "Seq Scan on jobs" not in p for p in chosen), chosen
 
 
+async def test_workflow_reads_use_jobs_workflow_in_generic_plans(
+    backend: PostgresBackend, postgres_url: str
+) -> None:
+    """get_workflow's list and the workflow events' count search jobs_workflow
+    even in a generic plan; the generic list_jobs they replaced scans every job."""
+    schema = backend.options.schema
+    q = for_schema(schema, backend.options.channel)
+    conn = await asyncpg.connect(postgres_url, statement_cache_size=0)
+    try:
+        await conn.execute(
+            f'INSERT INTO "{schema}".jobs (id, task, queue, state, run_at, created_at, payload, '
+            "workflow_id) SELECT lpad(to_hex(g), 26, '0'), 't', 'default', 'waiting', 1, 1, "
+            "'\\x7b7d'::bytea, CASE WHEN g % 100 = 0 THEN 'wf' END "
+            "FROM generate_series(1, 20000) AS g"
+        )
+        await conn.execute(f'ANALYZE "{schema}".jobs')
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+
+        async def plan(sql: str, args: str) -> str:
+            await conn.execute("DEALLOCATE ALL")
+            await conn.execute(f"PREPARE p AS {sql}")
+            rows = await conn.fetch(f"EXPLAIN (COSTS OFF) EXECUTE p({args})")
+            return "\n".join(row[0] for row in rows)
+
+        nulls = "NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+        for sql, args in [
+            (q.list_workflow_jobs, f"{nulls}, 'wf', 100, 0"),
+            (q.count_workflow_jobs, f"ARRAY['waiting'], {nulls[6:]}, 'wf'"),
+        ]:
+            shown = await plan(sql, args)
+            assert "jobs_workflow" in shown, shown
+            assert "Seq Scan" not in shown, shown
+        assert "Seq Scan on jobs" in await plan(q.list_jobs, f"{nulls}, 'wf', 100, 0")
+    finally:
+        await conn.close()
+
+
 async def test_only_the_claim_commits_without_waiting_for_the_flush(
     backend: PostgresBackend, postgres_url: str
 ) -> None:
@@ -154,6 +192,9 @@ async def test_only_the_claim_commits_without_waiting_for_the_flush(
     await backend.enqueue_jobs([_job()])
     conn = await asyncpg.connect(postgres_url)
     try:
+        # The session's own setting, whatever the server's default (the test
+        # script's private server runs with synchronous_commit off).
+        await conn.execute("SET synchronous_commit = on")
         async with conn.transaction():
             rows = await conn.fetch(
                 backend.q.claim,

@@ -4,18 +4,17 @@ job an earlier entry stores."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-
 import pytest
 import redis.asyncio as aioredis
-from redis_servers import delete_prefix
+from redis_fixtures import backend, client, url
 
 from conveyor import serialization
 from conveyor.backends.base import ClaimRequest, NewJob
 from conveyor.backends.redis import RedisBackend
 from conveyor.ids import new_id
 from conveyor.job import JobState
+
+__all__ = ["backend", "client", "url"]  # fixtures
 
 
 def _job(n: int, debounce: float | None = None, **options: object) -> NewJob:
@@ -28,23 +27,6 @@ def _job(n: int, debounce: float | None = None, **options: object) -> NewJob:
         debounce=debounce,
         **options,  # type: ignore[arg-type]
     )
-
-
-@pytest.fixture
-async def backend(redis_url: str) -> AsyncIterator[RedisBackend]:
-    prefix = f"t{uuid.uuid4().hex}"
-    opened = RedisBackend(f"{redis_url}?prefix={prefix}")
-    await opened.open()
-    yield opened
-    await opened.close()
-    await delete_prefix(redis_url, prefix)
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    opened = aioredis.Redis.from_url(redis_url)
-    yield opened
-    await opened.aclose()
 
 
 async def test_a_postponed_waiting_job_leaves_the_waiting_and_expiring_indexes(

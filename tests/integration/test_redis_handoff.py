@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import AsyncIterator
 
 import msgpack
 import pytest
 import redis.asyncio as aioredis
-from redis_servers import delete_prefix
+from redis_fixtures import backend, client, url
 
 from conveyor import Conveyor, JobContext
 from conveyor.backends.base import ClaimRequest, Handoff, NewJob
@@ -23,6 +21,8 @@ from conveyor.ids import new_ids
 from conveyor.job import JobState
 from conveyor.ratelimit import RateLimit
 from conveyor.worker.worker import Worker
+
+__all__ = ["backend", "client", "url"]  # fixtures
 
 WORKER = "w1"
 
@@ -36,29 +36,6 @@ def _jobs(count: int, **options: object) -> list[NewJob]:
 
 def _idle(limit: int = 10, handoff_for: float = 5.0, worker: str = WORKER) -> ClaimRequest:
     return ClaimRequest(worker, ["default"], limit, 30.0, handoff_for=handoff_for)
-
-
-@pytest.fixture
-async def url(redis_url: str) -> AsyncIterator[str]:
-    """The shared server, on a fresh prefix (its keys deleted after)."""
-    prefix = f"t{uuid.uuid4().hex}"
-    yield f"{redis_url}?prefix={prefix}"
-    await delete_prefix(redis_url, prefix)
-
-
-@pytest.fixture
-async def backend(url: str) -> AsyncIterator[RedisBackend]:
-    opened = RedisBackend(url)
-    await opened.open()
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    opened = aioredis.Redis.from_url(redis_url)
-    yield opened
-    await opened.aclose()
 
 
 async def _pop(backend: RedisBackend, timeout: float = 1.0) -> list[Handoff]:

@@ -6,18 +6,16 @@ full group deep in a waiting set does not hide the jobs behind it."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-
-import pytest
 import redis.asyncio as aioredis
-from redis_servers import delete_prefix
+from redis_fixtures import backend, client, url
 
 from conveyor import serialization
 from conveyor.backends.base import ClaimRequest, NewJob, Outcome, Settlement
 from conveyor.backends.redis import RedisBackend
 from conveyor.ids import new_ids
 from conveyor.job import Job, JobState
+
+__all__ = ["backend", "client", "url"]  # fixtures
 
 CAPS = {"capped": 1}
 
@@ -37,23 +35,6 @@ async def _complete(backend: RedisBackend, job: Job) -> None:
     assert job.lease_token is not None
     done = Settlement(job.id, job.lease_token, Outcome.COMPLETE, result=serialization.dumps(1))
     assert (await backend.settle_jobs([done])).refused == set()
-
-
-@pytest.fixture
-async def backend(redis_url: str) -> AsyncIterator[RedisBackend]:
-    prefix = f"t{uuid.uuid4().hex}"
-    opened = RedisBackend(f"{redis_url}?prefix={prefix}")
-    await opened.open()
-    yield opened
-    await opened.close()
-    await delete_prefix(redis_url, prefix)
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    opened = aioredis.Redis.from_url(redis_url)
-    yield opened
-    await opened.aclose()
 
 
 async def test_the_slot_sets_follow_claim_and_settle(

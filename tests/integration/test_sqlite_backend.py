@@ -7,6 +7,7 @@ promotion/expiry plans, the batched settle's fallbacks, background checkpoints.
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 import sys
 import textwrap
@@ -138,6 +139,35 @@ def test_listing_walks_the_primary_key_newest_first_without_a_sort(tmp_path: Pat
         plan = " ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + Q.list_jobs, params))
         assert "SCAN jobs USING INDEX sqlite_autoindex_jobs_1" in plan, plan
         assert "TEMP B-TREE" not in plan, plan
+    db.close()
+
+
+def test_workflow_reads_search_jobs_workflow(tmp_path: Path) -> None:
+    """get_workflow, the workflow events' counts and workflow retention read one
+    workflow's rows through jobs_workflow (0008), not by walking every job."""
+    from conveyor.backends.sqlite.migrate import load_schema
+    from conveyor.backends.sqlite.reads import filter_params
+
+    db = sqlite3.connect(tmp_path / "workflow.db")
+    for statement in load_schema():
+        db.execute(statement)
+    where = JobFilter(workflow_id="wf", states=[JobState.WAITING, JobState.BLOCKED])
+    params = {**filter_params(where), "limit": 10, "offset": 0}
+    ids = {"ids": '["wf"]'}
+    for sql, args in [
+        (Q.list_workflow_jobs, params),
+        (Q.count_workflow_jobs, filter_params(where)),
+        (Q.workflow_rows, ids),
+        (Q.delete_workflows, ids),
+    ]:
+        plan = " ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + sql, args))
+        assert re.search(
+            r"SEARCH jobs USING (COVERING )?INDEX jobs_workflow \(workflow_id=\?", plan
+        ), plan
+        assert "TEMP B-TREE" not in plan, plan
+    plan = " ".join(row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + Q.finished_workflows))
+    assert "jobs USING INDEX jobs_workflow" in plan, plan  # in workflow_id order
+    assert "TEMP B-TREE" not in plan, plan
     db.close()
 
 

@@ -3,6 +3,7 @@ results, failure policies, cancel, and the checks made before anything is stored
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -21,7 +22,7 @@ from conveyor import (
     group,
 )
 from conveyor.context import JobContext
-from conveyor.job import DependencyPolicy
+from conveyor.job import DependencyPolicy, Job
 
 
 @dataclass
@@ -121,6 +122,51 @@ async def test_depends_on_with_policy_run(stack: Stack) -> None:
         done = await app.wait_for_job(after.id, timeout=20)
     assert done.state is JobState.COMPLETED
     assert done.result == 4  # the failed dependency's result reads as None
+
+
+async def test_a_callback_reads_its_results_a_page_at_a_time(stack: Stack) -> None:
+    """iter_dependency_results gives what dependency_results gives, in the same
+    order with None for a failed member, reading the store one page per call."""
+    app, t = arithmetic(stack)
+    seen: dict[str, list[object]] = {}
+
+    @app.task("collect")
+    async def collect(ctx: JobContext) -> int:
+        seen["paged"] = [r async for r in ctx.iter_dependency_results(page_size=4)]
+        seen["whole"] = await ctx.dependency_results()
+        return len(seen["paged"])
+
+    members = [t.number.step(n=n) for n in range(1, 11)]
+    members.insert(5, app.step("boom", attempts=1))
+    workflow = await app.start(
+        chord(group(*members), app.step("collect", on_dependency_failure=DependencyPolicy.RUN))
+    )
+    async with running(app, concurrency=4):
+        with pytest.raises(JobFailed):  # the workflow ends failed: one member did
+            await workflow.wait(timeout=30)
+    assert workflow.jobs[-1].state is JobState.COMPLETED
+    assert seen["paged"] == [1, 2, 3, 4, 5, None, 6, 7, 8, 9, 10]
+    assert seen["paged"] == seen["whole"]
+
+    # One backend read per page of the callback's dependencies, on this store.
+    backend = await app.connect()
+    reads: list[int] = []
+
+    async def read_jobs(ids: Sequence[str]) -> list[Job]:
+        reads.append(len(ids))
+        return await backend.get_jobs(ids)
+
+    ctx = JobContext(workflow.jobs[-1], "reader", read_jobs=read_jobs)
+    assert [r async for r in ctx.iter_dependency_results(page_size=4)] == seen["whole"]
+    assert reads == [4, 4, 3]
+    assert [r async for r in ctx.iter_dependency_results(page_size=500)] == seen["whole"]
+    assert reads[3:] == [11]
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="page_size"):
+            [r async for r in ctx.iter_dependency_results(page_size=bad)]  # type: ignore[arg-type]
+    alone = JobContext(workflow.jobs[0], "reader", read_jobs=read_jobs)
+    assert [r async for r in alone.iter_dependency_results()] == []
+    assert reads[4:] == []  # no dependencies: no read at all
 
 
 async def test_cancel_stops_every_unfinished_step(stack: Stack) -> None:

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from conveyor.app import Conveyor
+from conveyor.backends.base import QueueInfo
 from conveyor.cli.common import (
     STATE_STYLES,
     backend_options,
@@ -24,19 +25,18 @@ from conveyor.job import JobState
 
 
 async def queue_rows(app: Conveyor) -> list[dict[str, Any]]:
-    """One object per queue: its options and ``counts`` per state."""
+    """One object per queue: its options, ``counts`` per state and, for a fair
+    queue, ``tenants`` (waiting and active jobs of the busiest tenants)."""
     infos = {info.name: info for info in await app.queues()}
     counts = await app.stats()
+    tenants = await app.tenant_usage()
     zero = {state.value: 0 for state in JobState}
     rows = []
     for name in sorted(set(infos) | set(counts)):
-        info = infos.get(name)
-        row: dict[str, Any] = (
-            info.to_dict()
-            if info
-            else {"name": name, "paused": False, "max_size": None, "ttl": None}
-        )
+        row: dict[str, Any] = (infos.get(name) or QueueInfo(name)).to_dict()
         row["counts"] = {**zero, **counts.get(name, {})}
+        if name in tenants:
+            row["tenants"] = [count.to_dict() for count in tenants[name]]
         rows.append(row)
     if app.settings.dispatch:
         await add_broker_depths(app.settings.dispatch, rows)
@@ -88,6 +88,7 @@ def queues_group(ctx: click.Context, as_json: bool) -> None:
     table.add_column("paused")
     table.add_column("max size", justify="right")
     table.add_column("ttl", justify="right")
+    table.add_column("fairness")
     dispatch = any("broker" in row for row in rows)
     if dispatch:
         table.add_column("broker", justify="right")  # ready messages in RabbitMQ
@@ -98,6 +99,7 @@ def queues_group(ctx: click.Context, as_json: bool) -> None:
             "[bold red]paused[/]" if row["paused"] else "",
             str(row["max_size"]) if row["max_size"] is not None else "-",
             format_duration(row["ttl"]) if row["ttl"] is not None else "-",
+            escape(fairness_text(row)),
         ]
         if dispatch:
             cells.append(_broker_cell(row))
@@ -107,6 +109,33 @@ def queues_group(ctx: click.Context, as_json: bool) -> None:
     for error in sorted(errors):
         out.print(f"[yellow]{escape(error)}[/]")
     _print_keys(out, keys)
+    _print_tenants(out, rows)
+
+
+def fairness_text(row: dict[str, Any]) -> str:
+    """``tenant`` and the weights of a fair queue (``tenant org-1=3``); ``-`` if plain."""
+    if row.get("fairness") is None:
+        return "-"
+    weights = " ".join(f"{t}={w:g}" for t, w in sorted(row.get("weights", {}).items()))
+    return f"{row['fairness']} {weights}".strip()
+
+
+def _print_tenants(out: Console, rows: list[dict[str, Any]]) -> None:
+    """Waiting and running jobs per tenant of each fair queue, busiest first."""
+    for row in rows:
+        if "tenants" not in row:
+            continue
+        table = Table(title=f"fair queue {escape(row['name'])}: jobs per tenant")
+        table.add_column("tenant")
+        table.add_column("waiting", justify="right")
+        table.add_column("active", justify="right")
+        for count in row["tenants"]:
+            tenant = count["tenant"]
+            name = escape(tenant) if tenant is not None else "[dim](no tenant)[/]"
+            table.add_row(name, str(count["waiting"]), str(count["active"]))
+        if not row["tenants"]:
+            table.add_row("[dim](none waiting)[/]", "0", "0")
+        out.print(table)
 
 
 async def _queues_and_keys(app: Conveyor) -> tuple[list[dict[str, Any]], list[KeyUsage]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -32,16 +32,22 @@ from conveyor.backends.base import (
     CircuitInfo,
     CircuitState,
     JobStat,
+    TenantCount,
 )
 from conveyor.dispatch.counts import OUTCOMES, Kind
 from conveyor.dispatch.probe import BrokerDepth, BrokerProbe, dispatch_counts, dispatch_lag
 from conveyor.filters import job_filter
+from conveyor.flow import TENANTS_SHOWN
 from conveyor.job import JobState
 from conveyor.server.auth import Scope
 from conveyor.server.routing import route, state_of
 from conveyor.server.snapshot import QueueSnapshot, read_snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: ``conveyor_tenant_jobs`` labels of the jobs without a tenant, and of the
+#: tenants past the cap.
+NO_TENANT = "(none)"
+OTHER_TENANTS = "(other)"
 #: Most active jobs read to label ``conveyor_jobs_active`` by task.
 ACTIVE_SCAN_LIMIT = 100_000
 #: Runs that never started (TTL expiry) have no duration.
@@ -67,20 +73,23 @@ class Scrape:
     queues: QueueSnapshot
     circuits: list[CircuitInfo]
     dispatch: DispatchScrape | None = None
+    tenants: dict[str, list[TenantCount]] = field(default_factory=dict)
+    """Per fair queue, its busiest tenants (at most ``TENANTS_SHOWN``)."""
 
 
 async def read_scrape(app: Conveyor, broker: BrokerProbe | None = None) -> Scrape:
     backend = await app.connect()
-    totals, active_jobs, snap, circuits = await asyncio.gather(
+    totals, active_jobs, snap, circuits, tenants = await asyncio.gather(
         backend.job_stat_totals(),
         backend.list_jobs(job_filter(JobState.ACTIVE), ACTIVE_SCAN_LIMIT),
         read_snapshot(app),
         backend.list_circuits(),
+        app.tenant_usage(TENANTS_SHOWN),
     )
     active: dict[tuple[str, str], int] = defaultdict(int)
     for job in active_jobs:
         active[job.task, job.queue] += 1
-    scrape = Scrape(totals, dict(active), snap, circuits)
+    scrape = Scrape(totals, dict(active), snap, circuits, tenants=tenants)
     if broker is not None:
         scrape.dispatch = await read_dispatch(backend, broker, sorted(snap.counts))
     return scrape
@@ -175,8 +184,38 @@ class ScrapeCollector(Collector):
         for info in s.circuits:
             circuit.add_metric([info.task], 1.0 if info.state is CircuitState.OPEN else 0.0)
         yield circuit
+        yield tenant_metrics(s.tenants, s.queues.counts)
         if s.dispatch is not None:
             yield from dispatch_metrics(s.dispatch)
+
+
+def tenant_metrics(
+    tenants: dict[str, list[TenantCount]], counts: dict[str, dict[str, int]]
+) -> Metric:
+    """``conveyor_tenant_jobs{queue,tenant,state}`` of the fair queues: the
+    busiest tenants by name (``(none)`` for jobs without a tenant), the rest
+    summed as ``(other)`` so a queue has at most ``TENANTS_SHOWN + 1`` series
+    per state."""
+    family = GaugeMetricFamily(
+        "conveyor_tenant_jobs",
+        f"Jobs of a fair queue per tenant and state (waiting includes delayed); the "
+        f"{TENANTS_SHOWN} tenants with most waiting, the rest as tenant '{OTHER_TENANTS}'.",
+        labels=["queue", "tenant", "state"],
+    )
+    for queue, rows in sorted(tenants.items()):
+        states = counts.get(queue, {})
+        waiting = states.get("waiting", 0) + states.get("delayed", 0)
+        active = states.get("active", 0)
+        for row in rows:
+            tenant = NO_TENANT if row.tenant is None else row.tenant
+            family.add_metric([queue, tenant, "waiting"], row.waiting)
+            family.add_metric([queue, tenant, "active"], row.active)
+            waiting -= row.waiting
+            active -= row.active
+        if len(rows) >= TENANTS_SHOWN:  # the tenants past the cap, summed
+            family.add_metric([queue, OTHER_TENANTS, "waiting"], max(0, waiting))
+            family.add_metric([queue, OTHER_TENANTS, "active"], max(0, active))
+    return family
 
 
 def dispatch_metrics(d: DispatchScrape) -> Iterator[Metric]:

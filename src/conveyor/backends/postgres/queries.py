@@ -55,6 +55,8 @@ class Queries:
     jobs_by_ids: LiteralString
     list_jobs: LiteralString
     count_jobs: LiteralString
+    list_workflow_jobs: LiteralString
+    count_workflow_jobs: LiteralString
     count_state: LiteralString
     counts_by_queue: LiteralString
     queue_rows: LiteralString

@@ -143,6 +143,23 @@ WHERE ($1::text[] IS NULL OR j.state = ANY ($1::text[]))
 ORDER BY j.id DESC
 LIMIT $9::integer OFFSET $10::integer;
 
+-- name: list_workflow_jobs
+-- Like list_jobs, for a JobFilter with a workflow_id ($8): that workflow's
+-- rows only, newest first, through jobs_workflow (a generic plan of
+-- list_jobs, whose "$8 IS NULL OR" cannot use an index, walks every job).
+SELECT j.*
+FROM __schema__.jobs AS j
+WHERE j.workflow_id = $8::text
+  AND ($1::text[] IS NULL OR j.state = ANY ($1::text[]))
+  AND ($2::text IS NULL OR j.queue = $2::text)
+  AND ($3::text IS NULL OR j.task = $3::text)
+  AND ($4::text IS NULL OR j.tenant = $4::text)
+  AND ($5::text IS NULL OR j.failure_reason = $5::text)
+  AND ($6::text IS NULL OR j.idempotency_key = $6::text)
+  AND ($7::float8 IS NULL OR j.finished_at < $7::float8)
+ORDER BY j.id DESC
+LIMIT $9::integer OFFSET $10::integer;
+
 -- name: count_jobs
 SELECT count(*)
 FROM __schema__.jobs AS j
@@ -154,6 +171,19 @@ WHERE ($1::text[] IS NULL OR j.state = ANY ($1::text[]))
   AND ($6::text IS NULL OR j.idempotency_key = $6::text)
   AND ($7::float8 IS NULL OR j.finished_at < $7::float8)
   AND ($8::text IS NULL OR j.workflow_id = $8::text);
+
+-- name: count_workflow_jobs
+-- Like count_jobs, for a JobFilter with a workflow_id ($8), through jobs_workflow.
+SELECT count(*)
+FROM __schema__.jobs AS j
+WHERE j.workflow_id = $8::text
+  AND ($1::text[] IS NULL OR j.state = ANY ($1::text[]))
+  AND ($2::text IS NULL OR j.queue = $2::text)
+  AND ($3::text IS NULL OR j.task = $3::text)
+  AND ($4::text IS NULL OR j.tenant = $4::text)
+  AND ($5::text IS NULL OR j.failure_reason = $5::text)
+  AND ($6::text IS NULL OR j.idempotency_key = $6::text)
+  AND ($7::float8 IS NULL OR j.finished_at < $7::float8);
 
 -- name: count_state
 -- Jobs in one state, through that state's partial index.

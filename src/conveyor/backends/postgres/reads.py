@@ -33,7 +33,8 @@ async def get_jobs(pool: Pool, q: Queries, job_ids: Sequence[str]) -> list[Job]:
 
 
 async def list_jobs(pool: Pool, q: Queries, where: JobFilter, limit: int, offset: int) -> list[Job]:
-    rows = await pool.fetch("list jobs", q.list_jobs, *filter_args(where), limit, offset)
+    query = q.list_jobs if where.workflow_id is None else q.list_workflow_jobs
+    rows = await pool.fetch("list jobs", query, *filter_args(where), limit, offset)
     return [job_from_row(r) for r in rows]
 
 
@@ -43,7 +44,8 @@ async def count_jobs(pool: Pool, q: Queries, where: JobFilter) -> int:
         for state in {JobState(s) for s in where.states or ()}:
             total += int(await pool.fetchval("count", q.count_state, state.value))
         return total
-    return int(await pool.fetchval("count", q.count_jobs, *filter_args(where)))
+    query = q.count_jobs if where.workflow_id is None else q.count_workflow_jobs
+    return int(await pool.fetchval("count", query, *filter_args(where)))
 
 
 async def queue_counts(pool: Pool, q: Queries) -> dict[str, dict[str, int]]:

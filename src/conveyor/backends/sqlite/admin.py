@@ -134,6 +134,10 @@ def configure_queue(conn: sqlite3.Connection, info: QueueInfo) -> None:
         "weights": dumps_str(info.weights) if info.weights else None,
     }
     conn.execute(Q.configure_queue, params)
+    # The triggers register tenants only while a queue is fair.
+    conn.execute(
+        Q.fair_tenants_fill if info.fairness else Q.fair_tenants_clear, {"name": info.name}
+    )
 
 
 def set_queue_paused(conn: sqlite3.Connection, name: str, paused: bool) -> None:

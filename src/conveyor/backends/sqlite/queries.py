@@ -70,14 +70,17 @@ class Queries:
     key_slots_used: LiteralString
     claim_ids: LiteralString
     fair_queues: LiteralString
-    fair_tenants: LiteralString
-    fair_untenanted: LiteralString
-    fair_head: LiteralString
-    plain_head: LiteralString
-    fair_passes_of: LiteralString
-    fair_pass_update: LiteralString
-    fair_pass_insert: LiteralString
-    fair_passes_trim: LiteralString
+    fair_heads: LiteralString
+    fair_heads_unfiltered: LiteralString
+    fair_first_heads: LiteralString
+    plain_heads: LiteralString
+    fair_level: LiteralString
+    fair_ahead: LiteralString
+    fair_pass_set: LiteralString
+    fair_tenant_waits: LiteralString
+    fair_tenant_drop: LiteralString
+    fair_tenants_fill: LiteralString
+    fair_tenants_clear: LiteralString
     fair_vtime: LiteralString
     rate_trim: LiteralString
     rate_used: LiteralString
@@ -97,6 +100,8 @@ class Queries:
     # reads
     jobs_by_ids: LiteralString
     list_jobs: LiteralString
+    list_workflow_jobs: LiteralString
+    count_workflow_jobs: LiteralString
     list_rare_finished: LiteralString
     count_rare_finished: LiteralString
     count_jobs: LiteralString

@@ -274,35 +274,11 @@ WHERE name IN (SELECT value FROM json_each(:queues))
       SELECT 1 FROM queues AS f
       WHERE f.fairness IS NOT NULL AND f.name IN (SELECT value FROM json_each(:queues)));
 
--- name: fair_tenants
--- The distinct tenants of a queue's waiting jobs but NULL, in name order: a
--- loose index scan, one seek per tenant, however many jobs each one has
--- waiting. Tables: jobs (jobs_fair).
-WITH RECURSIVE walk (tenant) AS (
-    SELECT (
-        SELECT tenant FROM jobs INDEXED BY jobs_fair
-        WHERE state = 'waiting' AND queue = :queue AND tenant IS NOT NULL
-        ORDER BY tenant LIMIT 1)
-    UNION ALL
-    SELECT (
-        SELECT j.tenant FROM jobs AS j INDEXED BY jobs_fair
-        WHERE j.state = 'waiting' AND j.queue = :queue AND j.tenant > walk.tenant
-        ORDER BY j.tenant LIMIT 1)
-    FROM walk
-    WHERE walk.tenant IS NOT NULL
-)
-SELECT tenant FROM walk WHERE tenant IS NOT NULL;
-
--- name: fair_untenanted
--- Whether a queue has waiting jobs without a tenant (one seek). Tables: jobs (jobs_fair).
-SELECT EXISTS (
-    SELECT 1 FROM jobs INDEXED BY jobs_fair
-    WHERE state = 'waiting' AND queue = :queue AND tenant IS NULL);
-
--- name: fair_head
--- One tenant's first claimable job in claim order (:tenant NULL: the jobs
--- without a tenant), past the tasks in :excluded and the full key groups in
--- :full (as claim_key_candidates). Tables: jobs (jobs_fair).
+-- name: fair_heads
+-- One tenant's first :limit claimable jobs in claim order (:tenant NULL: the
+-- jobs without a tenant), past the tasks in :excluded, the full key groups in
+-- :full (as claim_key_candidates) and the ids this claim already chose in
+-- :taken (they are claimed together at its end). Tables: jobs (jobs_fair).
 SELECT id, task, concurrency_key, priority, run_at
 FROM jobs INDEXED BY jobs_fair
 WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant AND run_at <= :now
@@ -310,12 +286,37 @@ WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant AND run_at <= :
   AND json_array(task, concurrency_key) NOT IN (
       SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
       FROM json_each(:full) AS g)
+  AND id NOT IN (SELECT value FROM json_each(:taken))
 ORDER BY priority DESC, run_at, id
-LIMIT 1;
+LIMIT :limit;
 
--- name: plain_head
--- A plain queue's first claimable job, for a claim that also names a fair
--- queue (the streams are merged in Python). Tables: jobs (jobs_claim).
+-- name: fair_heads_unfiltered
+-- fair_heads when the claim has nothing to leave out (no excluded task, no
+-- full key group, nothing chosen yet from this tenant). Tables: jobs (jobs_fair).
+SELECT id, task, concurrency_key, priority, run_at
+FROM jobs INDEXED BY jobs_fair
+WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant AND run_at <= :now
+ORDER BY priority DESC, run_at, id
+LIMIT :limit;
+
+-- name: fair_first_heads
+-- The first waiting, due job of each tenant in :tenants (a JSON array; null is
+-- no tenant) of a fair queue, in one statement: one index seek per tenant.
+-- Tables: jobs (jobs_fair).
+SELECT t.value, j.id, j.task, j.concurrency_key, j.priority, j.run_at
+FROM json_each(:tenants) AS t
+JOIN jobs AS j ON j.rowid = (
+    SELECT c.rowid
+    FROM jobs AS c INDEXED BY jobs_fair
+    WHERE c.state = 'waiting' AND c.queue = :queue AND c.tenant IS t.value
+      AND c.run_at <= :now
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT 1);
+
+-- name: plain_heads
+-- A plain queue's first :limit claimable jobs, for a claim that also names a
+-- fair queue (the streams are merged in Python); filters as fair_heads.
+-- Tables: jobs (jobs_claim).
 SELECT id, task, concurrency_key, priority, run_at
 FROM jobs INDEXED BY jobs_claim
 WHERE state = 'waiting' AND queue = :queue AND run_at <= :now
@@ -323,25 +324,63 @@ WHERE state = 'waiting' AND queue = :queue AND run_at <= :now
   AND json_array(task, concurrency_key) NOT IN (
       SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
       FROM json_each(:full) AS g)
+  AND id NOT IN (SELECT value FROM json_each(:taken))
 ORDER BY priority DESC, run_at, id
-LIMIT 1;
+LIMIT :limit;
 
--- name: fair_passes_of
--- The stored passes of a fair queue. Tables: fair_passes (fair_passes_key).
-SELECT tenant, pass FROM fair_passes WHERE queue = :queue;
+-- name: fair_level
+-- The next :limit registered tenants of a fair queue whose pass is at or
+-- below :vtime (they all stand at vtime), from tenant_key :start on, in
+-- tenant_key order (the rule's tie order). Tables: fair_tenants (primary key).
+SELECT tenant_key, pass
+FROM fair_tenants
+WHERE queue = :queue AND pass <= :vtime AND tenant_key >= :start
+ORDER BY tenant_key
+LIMIT :limit;
 
--- name: fair_pass_update
--- Set one tenant's pass (no row changed: the caller inserts). Tables: fair_passes.
-UPDATE fair_passes SET pass = :pass WHERE queue = :queue AND tenant IS :tenant;
+-- name: fair_ahead
+-- The next :limit registered tenants of a fair queue whose pass is above
+-- :vtime, after (:pass, :after), by (pass, tenant_key).
+-- Tables: fair_tenants (fair_tenants_pass).
+SELECT tenant_key, pass
+FROM fair_tenants INDEXED BY fair_tenants_pass
+WHERE queue = :queue AND pass > :vtime
+  AND (pass > :pass OR (pass = :pass AND tenant_key > :after))
+ORDER BY pass, tenant_key
+LIMIT :limit;
 
--- name: fair_pass_insert
--- A tenant's first pass. Tables: fair_passes.
-INSERT INTO fair_passes (queue, tenant, pass) VALUES (:queue, :tenant, :pass);
+-- name: fair_pass_set
+-- Store the passes of the tenants a claim served, :passes a JSON object
+-- {tenant_key: pass}, in one statement driven by the object (an upsert: one
+-- primary-key seek per tenant; the rows exist). Tables: fair_tenants.
+INSERT INTO fair_tenants (queue, tenant_key, pass)
+SELECT :queue, key, value FROM json_each(:passes) WHERE true
+ON CONFLICT (queue, tenant_key) DO UPDATE SET pass = excluded.pass;
 
--- name: fair_passes_trim
--- Forget passes at or below the queue's vtime (they are clamped to it anyway).
--- Tables: fair_passes (fair_passes_key).
-DELETE FROM fair_passes WHERE queue = :queue AND pass <= :vtime;
+-- name: fair_tenant_waits
+-- Whether a tenant has any waiting job in the queue (claimable or not).
+-- Tables: jobs (jobs_fair).
+SELECT EXISTS (
+    SELECT 1 FROM jobs INDEXED BY jobs_fair
+    WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant);
+
+-- name: fair_tenant_drop
+-- Forget a tenant with nothing waiting whose pass the rule would clamp to
+-- vtime anyway; a job of it that waits again registers it anew (triggers).
+-- Tables: fair_tenants.
+DELETE FROM fair_tenants WHERE queue = :queue AND tenant_key = :key AND pass <= :vtime;
+
+-- name: fair_tenants_fill
+-- A queue made fair: register the tenants of its waiting jobs (passes of the
+-- tenants already registered are kept). Tables: jobs (jobs_fair), fair_tenants.
+INSERT OR IGNORE INTO fair_tenants (queue, tenant_key)
+SELECT DISTINCT queue, ifnull('=' || tenant, '')
+FROM jobs INDEXED BY jobs_fair
+WHERE state = 'waiting' AND queue = :name;
+
+-- name: fair_tenants_clear
+-- A queue made plain: its tenants' passes go. Tables: fair_tenants.
+DELETE FROM fair_tenants WHERE queue = :name;
 
 -- name: fair_vtime
 -- Store a fair queue's virtual time. Tables: queues.
@@ -529,6 +568,40 @@ WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:workflow_id IS NULL OR workflow_id = :workflow_id)
 ORDER BY id DESC
 LIMIT :limit OFFSET :offset;
+
+-- name: list_workflow_jobs
+-- Like list_jobs, for a JobFilter with a workflow_id: that workflow's rows
+-- only, newest first, through jobs_workflow. Tables: jobs (jobs_workflow).
+SELECT
+    id, task, queue, state, priority, attempts, max_attempts, timeout, run_at, created_at,
+    started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
+    failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
+    payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
+    workflow_id, concurrency_key
+FROM jobs INDEXED BY jobs_workflow
+WHERE workflow_id = :workflow_id
+  AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:tenant IS NULL OR tenant = :tenant)
+  AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+  AND (:finished_before IS NULL OR finished_at < :finished_before)
+ORDER BY id DESC
+LIMIT :limit OFFSET :offset;
+
+-- name: count_workflow_jobs
+-- Like count_jobs, for a JobFilter with a workflow_id. Tables: jobs (jobs_workflow).
+SELECT count(*)
+FROM jobs INDEXED BY jobs_workflow
+WHERE workflow_id = :workflow_id
+  AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:tenant IS NULL OR tenant = :tenant)
+  AND (:failure_reason IS NULL OR failure_reason = :failure_reason)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+  AND (:finished_before IS NULL OR finished_at < :finished_before);
 
 -- name: list_rare_finished
 -- Like list_jobs, for :states (JSON array) that are failed/cancelled only (the
@@ -898,8 +971,8 @@ ORDER BY finished_at DESC, id DESC
 LIMIT 1 OFFSET :keep - 1;
 
 -- name: finished_workflows
--- The workflows none of whose jobs is live. Tables: jobs (a scan: no index
--- on workflow_id).
+-- The workflows none of whose jobs is live. Tables: jobs (jobs_workflow: the
+-- workflow jobs only, already grouped).
 SELECT workflow_id
 FROM jobs
 WHERE workflow_id IS NOT NULL
@@ -907,13 +980,13 @@ GROUP BY workflow_id
 HAVING sum(state NOT IN ('completed', 'failed', 'cancelled')) = 0;
 
 -- name: workflow_rows
--- Every job of the workflows in :ids (JSON array). Tables: jobs.
+-- Every job of the workflows in :ids (JSON array). Tables: jobs (jobs_workflow).
 SELECT workflow_id, id, state, task, finished_at
 FROM jobs
 WHERE workflow_id IN (SELECT value FROM json_each(:ids));
 
 -- name: delete_workflows
--- Delete every job of the workflows in :ids (JSON array). Tables: jobs.
+-- Delete every job of the workflows in :ids (JSON array). Tables: jobs (jobs_workflow).
 DELETE FROM jobs
 WHERE workflow_id IN (SELECT value FROM json_each(:ids))
 RETURNING idempotency_key, id, state;

@@ -53,7 +53,12 @@ def list_jobs(conn: sqlite3.Connection, where: JobFilter, limit: int, offset: in
     params = filter_params(where)
     params["limit"] = limit
     params["offset"] = offset
-    query = Q.list_rare_finished if _rare_finished(where) else Q.list_jobs
+    if where.workflow_id is not None:
+        query = Q.list_workflow_jobs
+    elif _rare_finished(where):
+        query = Q.list_rare_finished
+    else:
+        query = Q.list_jobs
     return [job_from_row(r) for r in conn.execute(query, params).fetchall()]
 
 
@@ -74,7 +79,12 @@ def count_jobs(conn: sqlite3.Connection, where: JobFilter) -> int:
                 row = conn.execute(Q.count_finished, {"state": state.value}).fetchone()
             total += int(row[0])
         return total
-    query = Q.count_rare_finished if _rare_finished(where) else Q.count_jobs
+    if where.workflow_id is not None:
+        query = Q.count_workflow_jobs
+    elif _rare_finished(where):
+        query = Q.count_rare_finished
+    else:
+        query = Q.count_jobs
     return int(conn.execute(query, filter_params(where)).fetchone()[0])
 
 

@@ -77,8 +77,12 @@ CREATE INDEX jobs_blocked ON jobs (queue) WHERE state = 'blocked';
 -- keyless group is counted through jobs_lease).
 CREATE INDEX jobs_key_active ON jobs (task, concurrency_key)
     WHERE state = 'active' AND concurrency_key IS NOT NULL;
--- Fair claims: the distinct tenants of a queue's waiting jobs (a loose index
--- scan) and each tenant's first job in claim order (0006).
+-- The jobs of a workflow (added by 0008): get_workflow, the workflow events'
+-- counts and workflow retention. Only workflow jobs, and no state column: a
+-- claim or settle does not touch it.
+CREATE INDEX jobs_workflow ON jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
+
+-- Fair claims: each tenant's first waiting job in claim order (0006).
 CREATE INDEX jobs_fair ON jobs (queue, tenant, priority DESC, run_at, id)
     WHERE state = 'waiting';
 
@@ -119,14 +123,20 @@ CREATE TABLE queues (
     vtime REAL NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 
--- pass[queue, tenant] of a fair queue's rule (tenant NULL: jobs without one);
--- one row per pair, kept so by the single writer.
-CREATE TABLE fair_passes (
-    queue  TEXT NOT NULL,
-    tenant TEXT,
-    pass   REAL NOT NULL
-);
-CREATE INDEX fair_passes_key ON fair_passes (queue, tenant);
+-- The tenants of a fair queue that may have waiting jobs, with their pass of
+-- the rule (0 for a new one). tenant_key: '' for no tenant, '=' || tenant
+-- otherwise (a key that sorts as the rule orders tenants). Rows are added by
+-- the triggers fair_tenant_inserted / fair_tenant_waiting (end of this file)
+-- and dropped by the claim once nothing waits and pass <= vtime.
+CREATE TABLE fair_tenants (
+    queue      TEXT NOT NULL,
+    tenant_key TEXT NOT NULL,
+    pass       REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, tenant_key)
+) WITHOUT ROWID;
+
+-- A fair claim reads the tenants ahead of vtime in pass order.
+CREATE INDEX fair_tenants_pass ON fair_tenants (queue, pass, tenant_key);
 
 -- Circuit breakers, per task (no row = closed, no failures).
 CREATE TABLE circuits (
@@ -203,3 +213,20 @@ CREATE TABLE job_stat_series (
     buckets      TEXT    NOT NULL,
     PRIMARY KEY (minute, task, queue, status)
 ) WITHOUT ROWID;
+
+-- A job of a fair queue that becomes waiting registers its tenant (0006).
+CREATE TRIGGER fair_tenant_inserted AFTER INSERT ON jobs
+WHEN NEW.state = 'waiting'
+  AND EXISTS (SELECT 1 FROM queues WHERE name = NEW.queue AND fairness IS NOT NULL)
+BEGIN
+    INSERT OR IGNORE INTO fair_tenants (queue, tenant_key)
+    VALUES (NEW.queue, ifnull('=' || NEW.tenant, ''));
+END;
+
+CREATE TRIGGER fair_tenant_waiting AFTER UPDATE OF state ON jobs
+WHEN NEW.state = 'waiting' AND OLD.state <> 'waiting'
+  AND EXISTS (SELECT 1 FROM queues WHERE name = NEW.queue AND fairness IS NOT NULL)
+BEGIN
+    INSERT OR IGNORE INTO fair_tenants (queue, tenant_key)
+    VALUES (NEW.queue, ifnull('=' || NEW.tenant, ''));
+END;

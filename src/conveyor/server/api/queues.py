@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from conveyor.app import Conveyor
+from conveyor.backends.base import QueueInfo
 from conveyor.job import JobState
 from conveyor.server.auth import Scope
 from conveyor.server.responses import json_response
@@ -17,12 +18,16 @@ _ZERO = {state.value: 0 for state in JobState}
 
 
 async def _queues(app: Conveyor) -> list[dict[str, Any]]:
-    infos = {info.name: info.to_dict() for info in await app.queues()}
+    infos = {info.name: info for info in await app.queues()}
     counts = await app.stats()
+    tenants = await app.tenant_usage()
     rows = []
     for name in sorted(set(infos) | set(counts)):
-        row = infos.get(name) or {"name": name, "paused": False, "max_size": None, "ttl": None}
-        rows.append({**row, "counts": {**_ZERO, **counts.get(name, {})}})
+        row = (infos.get(name) or QueueInfo(name)).to_dict()
+        row["counts"] = {**_ZERO, **counts.get(name, {})}
+        if name in tenants:  # a fair queue: its busiest tenants
+            row["tenants"] = [count.to_dict() for count in tenants[name]]
+        rows.append(row)
     return rows
 
 

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from conveyor.durations import parse_duration
+from conveyor.flow import TENANTS_SHOWN
 from conveyor.server.dashboard import views, workflow_view
 from conveyor.server.dashboard.guard import PageHandler, error_page
 from conveyor.server.dashboard.render import href, local, render
@@ -108,6 +109,8 @@ async def _queues(state: ServerState, params: Params) -> Context:
     now, rows = await views.queue_rows(state.app)
     context: Context = {"nav": "queues", "now": now, "queues": rows, "states": views.STATES}
     context["keys"] = await state.app.key_usage()
+    context["tenants"] = await state.app.tenant_usage()
+    context["tenants_shown"] = TENANTS_SHOWN
     if state.broker is not None:  # RabbitMQ dispatch: the broker's depths beside the store's
         context["broker"], context["broker_error"] = await views.broker_depths(state.broker, rows)
     return context

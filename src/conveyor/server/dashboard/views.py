@@ -41,6 +41,8 @@ class QueueRow:
     ttl: float | None
     counts: dict[str, int]
     oldest_waiting_s: float | None
+    fairness: str | None = None
+    weights: dict[str, float] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -66,6 +68,8 @@ async def queue_rows(app: Conveyor) -> tuple[float, list[QueueRow]]:
                 ttl=info.ttl if info else None,
                 counts={state: counts.get(name, {}).get(state, 0) for state in STATES},
                 oldest_waiting_s=max(0.0, now - run_at) if run_at is not None else None,
+                fairness=info.fairness if info else None,
+                weights=dict(info.weights) if info else {},
             )
         )
     return now, rows

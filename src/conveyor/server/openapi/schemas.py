@@ -76,7 +76,14 @@ def component_schemas() -> dict[str, Any]:
         paused={"type": "boolean"},
         max_size={"type": ["integer", "null"]},
         ttl=_NUM_OR_NULL,
+        fairness={"enum": ["tenant", None]},
+        weights={"type": "object", "additionalProperties": _NUM},
         counts=counts,
+        tenants={
+            "type": "array",
+            "description": "A fair queue's tenants with most waiting jobs (at most 50).",
+            "items": _obj(tenant=_STR_OR_NULL, waiting=_INT, active=_INT),
+        },
     )
     worker = _obj(
         id=_STR,

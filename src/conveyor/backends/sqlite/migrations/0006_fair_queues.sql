@@ -10,18 +10,39 @@ ALTER TABLE queues ADD COLUMN fairness TEXT;
 ALTER TABLE queues ADD COLUMN weights TEXT;
 ALTER TABLE queues ADD COLUMN vtime REAL NOT NULL DEFAULT 0;
 
--- pass[queue, tenant] of the rule (tenant NULL: the jobs without a tenant).
--- One row per pair, kept so by the single writer (a NULL tenant cannot be a
--- primary key column); a claim drops the rows at or below its queue's vtime.
-CREATE TABLE fair_passes (
-    queue  TEXT NOT NULL,
-    tenant TEXT,
-    pass   REAL NOT NULL
-);
-CREATE INDEX fair_passes_key ON fair_passes (queue, tenant);
+-- The tenants of a fair queue that may have waiting jobs, with their pass of
+-- the rule (0 for a new one: clamped to vtime). tenant_key is '' for the jobs
+-- without a tenant and '=' || tenant otherwise, so it can be a key and sorts
+-- as the rule orders tenants (no tenant first, then names). The triggers
+-- below add a row when a job of a fair queue becomes waiting; the claim
+-- deletes a row once its tenant has nothing waiting and its pass <= vtime.
+CREATE TABLE fair_tenants (
+    queue      TEXT NOT NULL,
+    tenant_key TEXT NOT NULL,
+    pass       REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, tenant_key)
+) WITHOUT ROWID;
 
--- A fair claim walks the distinct tenants of a queue's waiting jobs (a loose
--- index scan) and takes each tenant's first job in claim order from here.
+-- A fair claim reads the tenants ahead of vtime in pass order.
+CREATE INDEX fair_tenants_pass ON fair_tenants (queue, pass, tenant_key);
+
+CREATE TRIGGER fair_tenant_inserted AFTER INSERT ON jobs
+WHEN NEW.state = 'waiting'
+  AND EXISTS (SELECT 1 FROM queues WHERE name = NEW.queue AND fairness IS NOT NULL)
+BEGIN
+    INSERT OR IGNORE INTO fair_tenants (queue, tenant_key)
+    VALUES (NEW.queue, ifnull('=' || NEW.tenant, ''));
+END;
+
+CREATE TRIGGER fair_tenant_waiting AFTER UPDATE OF state ON jobs
+WHEN NEW.state = 'waiting' AND OLD.state <> 'waiting'
+  AND EXISTS (SELECT 1 FROM queues WHERE name = NEW.queue AND fairness IS NOT NULL)
+BEGIN
+    INSERT OR IGNORE INTO fair_tenants (queue, tenant_key)
+    VALUES (NEW.queue, ifnull('=' || NEW.tenant, ''));
+END;
+
+-- A fair claim takes each tenant's first job in claim order from here.
 CREATE INDEX jobs_fair ON jobs (queue, tenant, priority DESC, run_at, id)
     WHERE state = 'waiting';
 

@@ -146,6 +146,22 @@ async def test_fair_new_tenant_is_served_within_one_round(backend: Backend) -> N
     assert tenants(await take(backend, 6)) == ["c", "a", "b", "c", "a", "b"]
 
 
+async def test_fair_many_tenants_take_turns_in_name_order(backend: Backend) -> None:
+    await make_fair(backend, {"t07": 2})
+    names = [f"t{i:02d}" for i in range(40)]
+    for offset, tenant in enumerate(reversed(names)):  # enqueue order does not matter
+        await backlog(backend, tenant, 4, start=offset * 10)
+    taken = await take(backend, 41)
+    # Everyone stands at vtime 0 until served once; t07 (weight 2) then comes
+    # back at 0.5, before the others' second turns at 1.
+    assert tenants(taken) == [*names, "t07"]
+    batches = [Counter(tenants((await claim(backend, [FAIR], limit=7)).jobs)) for _ in range(6)]
+    # The next 42: the second round in name order, t07's extra turn, then t00.
+    assert all(max(batch.values()) == 1 for batch in batches)
+    total = sum(batches, Counter())
+    assert total == {**dict.fromkeys(names, 1), "t07": 2, "t00": 2}
+
+
 async def test_fair_none_is_a_tenant_sorted_first(backend: Backend) -> None:
     await make_fair(backend)
     await backlog(backend, "a", 3)
