@@ -5,6 +5,7 @@ waiting job and the queue list.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -106,11 +107,43 @@ def decode_tenant(code: bytes) -> str | None:
     return code[1:].decode() if code[:1] == b"1" else None
 
 
+#: Jobs of the delayed and active indexes ``tenant_counts`` reads per round trip.
+_SLICE = 1000
+
+
 async def tenant_counts(conn: RedisConnection, queue: str, limit: int) -> list[base.TenantCount]:
+    """Waiting jobs from ``tenants-2.lua`` (a fair queue: one ``ZCARD`` per
+    (tenant, task)); delayed and active ones from their app-wide indexes, a
+    slice at a time, so a large delayed index never holds Redis for long (a
+    read for surfaces: not one snapshot)."""
     k = conn.keys
     flat = await conn.run("tenants", [k.delayed, k.active], [queue])
-    counts = (
-        base.TenantCount(decode_tenant(flat[i]), int(flat[i + 1]), int(flat[i + 2]))
-        for i in range(0, len(flat), 3)
-    )
+    waiting: Counter[str | None] = Counter()
+    active: Counter[str | None] = Counter()
+    for i in range(0, len(flat), 3):
+        waiting[decode_tenant(flat[i])] += int(flat[i + 1])
+    await _count_index(conn, k.delayed, queue, b"delayed", waiting)
+    await _count_index(conn, k.active, queue, b"active", active)
+    counts = (base.TenantCount(t, waiting[t], active[t]) for t in waiting.keys() | active.keys())
     return rank_tenant_counts(counts, limit)
+
+
+async def _count_index(
+    conn: RedisConnection, index: str, queue: str, state: bytes, into: Counter[str | None]
+) -> None:
+    """Count per tenant the jobs of ``queue`` in state ``state`` listed by ``index``."""
+    client, _ = conn.ready()
+    wanted = queue.encode()
+    start = 0
+    async with conn.errors("tenant_counts"):
+        while True:
+            ids = await client.zrange(index, start, start + _SLICE - 1)
+            if not ids:
+                return
+            pipe = client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hmget(conn.keys.job(job_id.decode()), "q", "tn", "s")
+            for q, tenant, s in await pipe.execute():
+                if q == wanted and s == state:
+                    into[tenant.decode() if tenant is not None else None] += 1
+            start += _SLICE
