@@ -112,7 +112,9 @@ async def _has_waiting(conn: RedisConnection, queues: frozenset[str]) -> bool:
     client, _ = conn.ready()
     try:
         async with conn.errors("wait_for_work"):
-            found = await client.exists(*(conn.keys.waiting_tasks(q) for q in queues))
+            keys = [conn.keys.waiting_tasks(q) for q in queues]
+            keys += [conn.keys.fair_tenants(q) for q in queues]
+            found = await client.exists(*keys)
     except BackendUnavailable:
         return False
     return bool(found)

@@ -115,12 +115,18 @@ class Keys:
         """SET of the tasks that have waiting jobs in ``queue``."""
         return f"{self.base}wt:{queue}"
 
+    def fair_tenants(self, queue: str) -> str:
+        """ZSET tenant code -> pass: a fair queue's tenants that have waiting jobs
+        (the claim's candidates; tenant codes and the other fair-queue keys,
+        ``fw:``, ``ftk:``, ``fs:``, ``qw:``, are built in ``scripts/lib.lua``)."""
+        return f"{self.base}fq:{queue}"
+
     def counts(self, queue: str) -> str:
         """HASH state -> number of jobs of ``queue``."""
         return f"{self.base}n:{queue}"
 
     def queue_config(self, queue: str) -> str:
-        """HASH: paused, max_size, ttl of ``queue``."""
+        """HASH: paused, max_size, ttl, fair ("tenant" for a fair queue) of ``queue``."""
         return f"{self.base}qc:{queue}"
 
     def idempotency(self, key: str) -> str:

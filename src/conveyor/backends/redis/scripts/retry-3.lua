@@ -41,7 +41,7 @@ if f[8] then
 end
 redis.call('HSET', new_key, unpack(fields))
 redis.call('ZADD', KEYS[1], 0, new_id)
-enter_waiting(new_id, f[3], f[2], f[5], now, ex)
+enter_waiting(new_id, f[3], f[2], f[9], f[5], now, ex)
 redis.call('HSET', key, 'rs', new_id)
 local counts = {}
 bump(counts, f[3], nil, 'waiting')
