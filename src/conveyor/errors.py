@@ -74,6 +74,12 @@ class ConcurrencyKeyError(EnqueueError, ValueError):
     than a non-empty string. Nothing was stored."""
 
 
+class RateLimitKeyError(EnqueueError, ValueError):
+    """A task's ``rate_limit_key`` function raised or returned something other
+    than a non-empty string, or an enqueue's ``rate_limit_key`` names a window
+    its task has no per-key rate limit for. Nothing was stored."""
+
+
 class UnknownTask(ConveyorError, LookupError):
     """No handler is registered under this task name."""
 

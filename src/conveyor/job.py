@@ -211,6 +211,9 @@ class Job:
     #: The key its task's ``key_concurrency`` counts running jobs by (``None``:
     #: the task's one shared group).
     concurrency_key: str | None = None
+    #: The window its task's per-key rate limit counts starts in (``None``:
+    #: the task's one shared window).
+    rate_limit_key: str | None = None
     _source: JobSource | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -253,6 +256,7 @@ class Job:
             "on_dependency_failure": self.on_dependency_failure.value,
             "workflow_id": self.workflow_id,
             "concurrency_key": self.concurrency_key,
+            "rate_limit_key": self.rate_limit_key,
             "duplicate": self.duplicate,
         }
 

@@ -18,7 +18,7 @@ import orjson
 from conveyor import serialization
 from conveyor.backends.base import NewJob
 from conveyor.durations import parse_duration
-from conveyor.errors import ConcurrencyKeyError, PayloadTooLarge, UnknownTask
+from conveyor.errors import ConcurrencyKeyError, PayloadTooLarge, RateLimitKeyError, UnknownTask
 from conveyor.ids import new_id
 from conveyor.job import DependencyPolicy, Job
 
@@ -43,6 +43,7 @@ ENQUEUE_OPTIONS = frozenset(
         "on_dependency_failure",
         "idempotency_ttl",
         "concurrency_key",
+        "rate_limit_key",
         "debounce",
     }
 )
@@ -105,11 +106,15 @@ class _Defaults:
     idempotency_ttl: float
     key_of: KeySource = None
     debounce: float | None = None
+    rate_key_of: KeySource = None
+    known: bool = False
+    """The task is registered here (its rate limit is known)."""
+    rate_limited: bool = False
 
     @property
     def plain(self) -> bool:
         """No per-job rule to apply: the fast path may build the job."""
-        return self.key_of is None and self.debounce is None
+        return self.key_of is None and self.debounce is None and self.rate_key_of is None
 
 
 def _exact_float(name: str, value: Any) -> float:
@@ -147,6 +152,9 @@ class JobBuilder:
                 or self._settings.idempotency_ttl,
                 key_of=options.concurrency_key if options else None,
                 debounce=options.debounce if options else None,
+                rate_key_of=options.rate_limit_key if options else None,
+                known=options is not None,
+                rate_limited=options is not None and options.rate_limit is not None,
             )
             self._defaults[name] = found
         return found
@@ -261,6 +269,7 @@ class JobBuilder:
                 depends_on=depends_on,
                 on_dependency_failure=on_failure,
                 concurrency_key=_concurrency_key(task, d.key_of, options, payload, tenant),
+                rate_limit_key=_rate_limit_key(task, d, options, payload, tenant),
                 debounce=debounce,
             )
         )
@@ -289,6 +298,44 @@ def _concurrency_key(
     if not isinstance(key, str) or not key:
         raise ConcurrencyKeyError(
             f"the concurrency_key function of task {task!r} must return a non-empty string, "
+            f"not {key!r}"
+        )
+    return key
+
+
+def _rate_limit_key(
+    task: str, d: _Defaults, options: Mapping[str, Any], payload: Any, tenant: str | None
+) -> str | None:
+    """The job's rate-limit window: the enqueue's, else its task's rule applied.
+    A task registered here must declare a per-key rate limit for a key to mean
+    anything (its workers would count the job in the task's one window)."""
+    given = options.get("rate_limit_key")
+    if given is not None:
+        if not isinstance(given, str) or not given:
+            raise ValueError(f"rate_limit_key must be a non-empty string, not {given!r}")
+        if d.known and d.rate_key_of is None:
+            why = "has no rate_limit" if not d.rate_limited else "declares no rate_limit_key"
+            raise RateLimitKeyError(
+                f"task {task!r} {why}: its rate limit is not per key, so a job's "
+                f"rate_limit_key would not count (declare rate_limit= and rate_limit_key= "
+                f"on the task)"
+            )
+        return given
+    key_of = d.rate_key_of
+    if key_of is None:
+        return None
+    if key_of == "tenant":
+        return tenant
+    assert callable(key_of)
+    try:
+        key = key_of({} if payload is None else payload)
+    except Exception as exc:
+        raise RateLimitKeyError(
+            f"the rate_limit_key function of task {task!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(key, str) or not key:
+        raise RateLimitKeyError(
+            f"the rate_limit_key function of task {task!r} must return a non-empty string, "
             f"not {key!r}"
         )
     return key

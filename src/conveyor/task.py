@@ -58,6 +58,10 @@ class TaskOptions:
     #: What a job's concurrency key is: its tenant (``"tenant"``) or a function of
     #: the payload, evaluated at enqueue (``None``: one group for the whole task).
     concurrency_key: KeySource = None
+    #: What window a job's start counts in under ``rate_limit``: its tenant
+    #: (``"tenant"``) or a function of the payload, evaluated at enqueue
+    #: (``None``: one window for the whole task).
+    rate_limit_key: KeySource = None
     #: Seconds a debounced enqueue (with an ``idempotency_key``) postpones the job.
     debounce: float | None = None
     keep_completed: Retention = None
@@ -90,6 +94,7 @@ def build_options(
     idempotency_ttl: float | str | None = None,
     key_concurrency: int | None = None,
     concurrency_key: KeySource = None,
+    rate_limit_key: KeySource = None,
     debounce: float | str | None = None,
     keep_completed: Any = _UNSET,
     keep_failed: Any = _UNSET,
@@ -121,6 +126,7 @@ def build_options(
     if batch_wait is not None and batch_size is None:
         raise ValueError("batch_wait needs batch_size (it is how long a batch waits to fill)")
     _check_key_concurrency(key_concurrency, concurrency_key)
+    _check_rate_limit_key(rate_limit, rate_limit_key)
     return TaskOptions(
         queue=queue,
         attempts=attempts,
@@ -133,6 +139,7 @@ def build_options(
         idempotency_ttl=key_ttl,
         key_concurrency=key_concurrency,
         concurrency_key=concurrency_key,
+        rate_limit_key=rate_limit_key,
         debounce=_debounce_seconds(debounce),
         keep_completed=None if keep_completed is _UNSET else _retention(keep_completed),
         keep_failed=None if keep_failed is _UNSET else _retention(keep_failed),
@@ -157,6 +164,17 @@ def _check_key_concurrency(cap: int | None, key: KeySource) -> None:
     if not (key == "tenant" or callable(key)):
         raise ValueError(
             f"concurrency_key must be 'tenant' or a function of the payload, not {key!r}"
+        )
+
+
+def _check_rate_limit_key(rate: str | RateLimit | None, key: KeySource) -> None:
+    if key is None:
+        return
+    if rate is None:
+        raise ValueError("rate_limit_key needs rate_limit (the limit each key's window counts to)")
+    if not (key == "tenant" or callable(key)):
+        raise ValueError(
+            f"rate_limit_key must be 'tenant' or a function of the payload, not {key!r}"
         )
 
 
@@ -188,6 +206,7 @@ class Handler:
     idempotency_ttl: float | str | None = None
     key_concurrency: int | None = None
     concurrency_key: KeySource = None
+    rate_limit_key: KeySource = None
     debounce: float | str | None = None
     circuit_threshold: int | None = None
     circuit_open_for: float | str | None = None
@@ -214,6 +233,7 @@ class Handler:
             key_concurrency=self.key_concurrency,
             # The function as written in the class body, not bound to the handler.
             concurrency_key=_unbound(inspect.getattr_static(self, "concurrency_key")),
+            rate_limit_key=_unbound(inspect.getattr_static(self, "rate_limit_key")),
             debounce=self.debounce,
             circuit_threshold=self.circuit_threshold,
             circuit_open_for=self.circuit_open_for,

@@ -457,3 +457,13 @@ def test_bad_flow_control_options_are_one_line(cli: Cli) -> None:
     assert result.returncode != 0
     assert "debounce needs an idempotency_key" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_enqueue_takes_a_rate_limit_key(cli: Cli) -> None:
+    job_id = cli.enqueue("add", {"a": 1, "b": 2}, "--rate-limit-key", "api-3")
+    assert cli.job(job_id)["rate_limit_key"] == "api-3"
+    # With --app the task is known: its rate limit is not per key, so the key is refused.
+    result = cli.run("enqueue", "add", "--app", APP, "--rate-limit-key", "api-3", ok=False)
+    assert result.returncode != 0
+    assert "'add' has no rate_limit" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -137,7 +137,7 @@ async def test_the_claim_walks_the_claim_index(backend: PostgresBackend, postgre
         async with conn.transaction():
             rows = await conn.fetch(
                 f"SELECT id FROM \"{schema}\".claim(ARRAY['default'], 50, 30, 'w', 't', "
-                "NULL, NULL, NULL, NULL, NULL, true, NULL, NULL)"
+                "NULL, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL, NULL)"
             )
             assert len(rows) == 50
         await asyncio.sleep(0.1)
@@ -199,6 +199,7 @@ async def test_only_the_claim_commits_without_waiting_for_the_flush(
             rows = await conn.fetch(
                 backend.q.claim,
                 *(["default"], 10, 30.0, "w", "t", None, None, None, None, None, True, None, None),
+                *(None, None, None),
             )
             assert len(rows) == 1
             assert await conn.fetchval("SHOW synchronous_commit") == "off"

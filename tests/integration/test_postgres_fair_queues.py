@@ -19,6 +19,7 @@ import pytest
 from conveyor.backends.base import ClaimRequest, NewJob, QueueInfo
 from conveyor.backends.postgres import PostgresBackend
 from conveyor.ids import new_id, new_token
+from conveyor.ratelimit import RateLimit
 
 FAIR = "fair"
 #: How long a claim that should be waiting is given to (wrongly) finish.
@@ -90,8 +91,7 @@ async def test_a_fair_claim_waits_for_the_one_in_flight(
         first = await conn.fetch(
             backend.q.claim,
             *([FAIR], 1, 30.0, "raw", new_token(), None, None, None, None, None, True),
-            None,
-            None,
+            *(None, None, None, None, None),
         )
         assert [row["tenant"] for row in first] == ["a"]
         plain = await asyncio.wait_for(_claim(backend, ["plain"], 10), 10)
@@ -132,10 +132,11 @@ async def test_many_backends_claiming_at_once_keep_one_rotation(
         await asyncio.gather(*(b.close() for b in others))
 
 
-async def _scenario(url: str, seed: int, per_pick: bool) -> tuple[list[list[str]], list[Any]]:
+async def _scenario(url: str, seed: int, per_pick: str | None) -> tuple[list[list[str]], list[Any]]:
     """A random fair queue and a plain one drained together by random batches;
-    ``per_pick`` adds a cap on a task that has no jobs, which sends the claim
-    down its one-pick-at-a-time path."""
+    ``per_pick`` ("key_limits" or "key_rate_limits") adds a per-key cap or a
+    per-key rate limit on a task that has no jobs, which sends the claim down
+    its one-pick-at-a-time path."""
     rnd = random.Random(seed)
     schema = f"t_{uuid.uuid4().hex}"
     backend = await _open(url, schema)
@@ -163,10 +164,18 @@ async def _scenario(url: str, seed: int, per_pick: bool) -> tuple[list[list[str]
             for i in range(rnd.randint(0, 20))
         ]
         await backend.enqueue_jobs(jobs + side)
-        caps = {"unrelated": 5} if per_pick else {}
+        caps = {"unrelated": 5} if per_pick == "key_limits" else {}
+        rates = {"unrelated": RateLimit(5, 60.0)} if per_pick == "key_rate_limits" else {}
         batches: list[list[str]] = []
         while True:
-            request = ClaimRequest("w", [FAIR, "side"], rnd.randint(1, 12), 30.0, key_limits=caps)
+            request = ClaimRequest(
+                "w",
+                [FAIR, "side"],
+                rnd.randint(1, 12),
+                30.0,
+                key_limits=caps,
+                key_rate_limits=rates,
+            )
             claimed = await backend.claim_jobs(request)
             if not claimed.jobs:
                 break
@@ -193,10 +202,13 @@ async def _scenario(url: str, seed: int, per_pick: bool) -> tuple[list[list[str]
         await _drop(url, schema)
 
 
+@pytest.mark.parametrize("forced_by", ["key_limits", "key_rate_limits"])
 @pytest.mark.parametrize("seed", range(10))
-async def test_the_batch_path_and_the_per_pick_path_agree(postgres_url: str, seed: int) -> None:
-    batch = await _scenario(postgres_url, seed, per_pick=False)
-    per_pick = await _scenario(postgres_url, seed, per_pick=True)
+async def test_the_batch_path_and_the_per_pick_path_agree(
+    postgres_url: str, seed: int, forced_by: str
+) -> None:
+    batch = await _scenario(postgres_url, seed, per_pick=None)
+    per_pick = await _scenario(postgres_url, seed, per_pick=forced_by)
     assert batch[0], "the scenario claimed nothing"
     assert batch == per_pick
 
@@ -221,7 +233,7 @@ async def test_the_fair_claim_finds_tenants_through_jobs_fair(
         async with conn.transaction():
             rows = await conn.fetch(
                 f"SELECT tenant FROM \"{schema}\".claim(ARRAY['{FAIR}'], 4, 30, 'w', 't', "
-                "NULL, NULL, NULL, NULL, NULL, true, NULL, NULL)"
+                "NULL, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL, NULL)"
             )
             assert sorted(row["tenant"] for row in rows) == ["a", "a", "b", "b"]
         await asyncio.sleep(0.1)

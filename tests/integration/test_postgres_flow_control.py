@@ -63,6 +63,7 @@ async def _claim_in_open_transaction(
         *(["default"], limit, 30.0, "raw", new_token(), None, None, None, None, None, True),
         list(key_limits) or None,
         list(key_limits.values()) or None,
+        *(None, None, None),  # no per-key rate limits
     )
 
 
@@ -158,7 +159,7 @@ async def test_the_capped_claim_walks_the_claim_index_and_counts_by_key(
         async with conn.transaction():
             rows = await conn.fetch(
                 f"SELECT id FROM \"{schema}\".claim(ARRAY['default'], 50, 30, 'w', 't', "
-                "NULL, NULL, NULL, NULL, NULL, true, ARRAY['capped'], ARRAY[2])"
+                "NULL, NULL, NULL, NULL, NULL, true, ARRAY['capped'], ARRAY[2], NULL, NULL, NULL)"
             )
             assert len(rows) == 6
         await asyncio.sleep(0.1)

@@ -99,6 +99,26 @@ async def test_psycopg_commit_and_rollback(pg_app: Conveyor, postgres_url: str) 
         assert (await cur.fetchone()) == (1,)
 
 
+async def test_a_rate_limit_key_inside_a_transaction(pg_app: Conveyor, postgres_url: str) -> None:
+    """Both drivers store the key with the job (enqueue_rate_keyed), in the caller's
+    transaction."""
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        async with conn.transaction():
+            first = await pg_app.enqueue("ship", rate_limit_key="api-1", connection=conn)
+    finally:
+        await conn.close()
+    async with (
+        await psycopg.AsyncConnection.connect(postgres_url) as pconn,
+        pconn.transaction(),
+    ):
+        second = await pg_app.enqueue("ship", rate_limit_key="api-2", connection=pconn)
+    for job, key in ((first, "api-1"), (second, "api-2")):
+        stored = await pg_app.backend.get_job(job.id)
+        assert stored is not None
+        assert stored.rate_limit_key == key
+
+
 async def test_a_waiting_worker_wakes_at_commit(pg_app: Conveyor, postgres_url: str) -> None:
     backend = pg_app.backend
     conn = await asyncpg.connect(postgres_url)

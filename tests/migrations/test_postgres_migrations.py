@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 
 from conveyor.backends.postgres import PostgresBackend
+from conveyor.backends.postgres.decode import CONCURRENCY_KEY, RATE_LIMIT_KEY
 from conveyor.backends.postgres.migrate import LATEST, current_version, load_schema, migrate
 from conveyor.backends.postgres.queries import substitute
 from conveyor.errors import BackendError, ConfigurationError
@@ -110,6 +111,25 @@ async def test_schema_sql_equals_all_migrations(
     for part in a:
         assert a[part], f"no {part} found: the catalog query is wrong"
         assert a[part] == b[part], f"schema.sql and the migrations differ in {part}"
+
+
+async def test_the_decoder_finds_the_late_columns_where_the_table_has_them(
+    conn: asyncpg.Connection, schemas: list[str]
+) -> None:
+    """``j.*`` rows are decoded by position: the columns migrations appended must
+    sit where decode.py reads them."""
+    name = fresh(schemas)
+    await migrate(conn, name, f"{name}_work")
+    columns = [
+        row[0]
+        for row in await conn.fetch(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = $1 AND table_name = 'jobs' ORDER BY ordinal_position",
+            name,
+        )
+    ]
+    assert columns.index("concurrency_key") == CONCURRENCY_KEY
+    assert columns.index("rate_limit_key") == RATE_LIMIT_KEY
 
 
 async def test_migrating_again_does_nothing(conn: asyncpg.Connection, schemas: list[str]) -> None:

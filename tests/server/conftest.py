@@ -37,6 +37,9 @@ def make_app(url: str, **settings: Any) -> Conveyor:
     async def send(ctx: JobContext, to: str) -> str:
         return to
 
+    @app.task("api.call", rate_limit="50/s", rate_limit_key="tenant")
+    async def call(ctx: JobContext) -> None: ...
+
     return app
 
 

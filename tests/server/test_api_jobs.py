@@ -109,6 +109,26 @@ async def test_enqueue_takes_the_flow_control_options(
     assert "debounce needs an idempotency_key" in error_of(no_key)["message"]
 
 
+async def test_enqueue_takes_a_rate_limit_key(
+    served: tuple[Conveyor, httpx.AsyncClient],
+) -> None:
+    app, client = served
+    body = {"task": "api.call", "tenant": "org-1", "rate_limit_key": "key-9"}
+    made = await client.post("/api/v1/jobs", json=body, headers=auth(ENQUEUE))
+    assert made.status_code == 201
+    assert made.json()["rate_limit_key"] == "key-9"
+    from_tenant = await client.post(
+        "/api/v1/jobs", json={"task": "api.call", "tenant": "org-1"}, headers=auth(ENQUEUE)
+    )
+    assert from_tenant.json()["rate_limit_key"] == "org-1"
+    refused = await client.post(
+        "/api/v1/jobs", json={"task": "add", "rate_limit_key": "k"}, headers=auth(ENQUEUE)
+    )
+    assert refused.status_code == 422
+    assert "'add' has no rate_limit" in error_of(refused)["message"]
+    assert await app.count_jobs() == 2
+
+
 async def test_cancel_retry_and_delete(served: tuple[Conveyor, httpx.AsyncClient]) -> None:
     app, client = served
     waiting = await app.enqueue("add", {"a": 1, "b": 2})

@@ -44,6 +44,15 @@ Rules every implementation follows:
   release), stall recovery, the end of a handoff. A claim skips a full group and
   takes the jobs behind it; slots count claims made with or without a
   ``key_limits`` entry for the task (every active job counts).
+- Rate limits per key (``ClaimRequest.key_rate_limits``): one sliding window of
+  starts per ``(task, rate_limit_key)`` (``None`` is one window of its own),
+  with ``rate_limits``' mechanics: at most ``limit`` starts in ``(now - period,
+  now]``, each claimed job of the task logging a start at ``now`` in its key's
+  window. Read and logged inside the claim, atomically with it (claimers on
+  many hosts never pass a key's limit between them). A claim skips a spent key
+  and takes the jobs behind it. The windows are apart from the task-wide
+  ``rate_limits`` window; a task in both is held to both. Only claims that
+  carry a task's ``key_rate_limits`` entry log its starts in the key windows.
 - Debounce (``NewJob.debounce`` with an ``idempotency_key``): when the key's live
   job is ``waiting`` or ``delayed``, the enqueue replaces that job's payload and
   metadata, moves it to ``delayed`` until now + ``debounce`` (``expires_at`` from
@@ -61,8 +70,9 @@ Rules every implementation follows:
   time ``vtime[Q]`` per fair queue (from 0) and a ``pass[Q, t]`` per tenant.
   To take the next job from Q: (1) candidates are the tenants with at least one
   *claimable* job in Q (waiting, due, allowed by every limit of the request:
-  task limits, rate limits, circuits, key limits) -- a tenant with nothing
-  claimable is not examined and earns no credit; (2) ``effective[t] =
+  task limits, rate limits, circuits, key limits, key rate limits) -- a tenant
+  with nothing claimable (its next jobs in full key groups or spent rate
+  windows, say) is not examined and earns no credit; (2) ``effective[t] =
   max(pass[Q, t], vtime[Q])`` (``vtime[Q]`` for a tenant never seen); (3) the
   smallest effective wins, ties by tenant name (``None`` first); (4) that
   tenant's first claimable job in the usual order (priority desc, run_at asc,

@@ -47,6 +47,9 @@ class NewJob:
     concurrency_key: str | None = None
     """Stored as ``Job.concurrency_key``: the group ``ClaimRequest.key_limits``
     counts this job's task's running jobs in."""
+    rate_limit_key: str | None = None
+    """Stored as ``Job.rate_limit_key``: the window ``ClaimRequest.key_rate_limits``
+    counts this job's start in."""
     debounce: float | None = None
     """Seconds (> 0), only with ``idempotency_key``: while the key's job has not
     started (waiting or delayed), this enqueue replaces its payload and metadata
@@ -72,6 +75,12 @@ class ClaimRequest:
     with the same ``concurrency_key`` (``None`` is one group of its own), counted
     over every worker, this claim's jobs included. A full group is skipped, never
     waited on: jobs behind it with other keys are claimed."""
+    key_rate_limits: Mapping[str, RateLimit] = field(default_factory=dict)
+    """Cluster-wide sliding-window limits on starts per task and
+    ``rate_limit_key``: one window per ``(task, rate_limit_key)`` (``None`` is
+    one window of its own), with ``rate_limits``' mechanics, counted over every
+    worker, this claim's jobs included. A key over its limit is skipped, never
+    waited on: jobs behind it with other keys are claimed."""
     circuit_tasks: bool = True
     """Honour circuit state: skip tasks whose circuit is open; admit one trial
     job when its open period has passed (half-open)."""
@@ -82,7 +91,7 @@ class ClaimRequest:
     claims new work for the worker directly
     (:meth:`~conveyor.backends.base.Backend.next_handoff`). Each claim replaces
     it; 0 registers nothing. Only for requests without ``task_limits``,
-    ``rate_limits`` and ``key_limits`` (stored once, they would go stale)."""
+    ``rate_limits``, ``key_limits`` and ``key_rate_limits`` (stored once, they would go stale)."""
 
 
 @dataclass(slots=True)

@@ -43,6 +43,9 @@ from conveyor.producer import check_task_known
 @click.option("--ttl", type=DURATION, help="Fail as expired if still waiting after this long.")
 @click.option("--concurrency-key", help="The key the task's key_concurrency counts this job under.")
 @click.option(
+    "--rate-limit-key", help="The window the task's per-key rate limit counts this job's start in."
+)
+@click.option(
     "--debounce",
     type=DURATION,
     help="With --key: replace the key's job that has not started and run it after this long.",

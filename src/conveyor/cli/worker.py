@@ -27,6 +27,7 @@ from conveyor.worker.memory import RECYCLE_EXIT
 from conveyor.worker.worker import WorkerCrashed
 
 if TYPE_CHECKING:
+    from conveyor.task import TaskOptions
     from conveyor.worker.metrics import WorkerMetrics
     from conveyor.worker.supervisor import Supervisor
 
@@ -315,7 +316,8 @@ async def supervise_with_scheduler(app: Conveyor, supervisor: Supervisor) -> int
 
 
 def log_tasks(app: Conveyor) -> None:
-    """The start banner: every task this worker can run, its queue and its cap."""
+    """The start banner: every task this worker can run, its queue, its caps and
+    its rate limit."""
     tasks = sorted(app.tasks.values(), key=lambda task: task.name)
     logger.info("%d task(s):", len(tasks))
     width = max((len(task.name) for task in tasks), default=0)
@@ -323,12 +325,22 @@ def log_tasks(app: Conveyor) -> None:
         cap = task.options.concurrency
         per_key = task.options.key_concurrency
         logger.info(
-            "  %s  queue %s, concurrency %s%s",
+            "  %s  queue %s, concurrency %s%s%s",
             task.name.ljust(width),
             task.options.queue,
             cap if cap is not None else "unlimited",
             f", at most {per_key} per key cluster-wide" if per_key else "",
+            _rate_note(task.options),
         )
+
+
+def _rate_note(options: TaskOptions) -> str:
+    """The banner's words for a task's rate limit (cluster-wide, maybe per key)."""
+    rate = options.rate_limit
+    if rate is None:
+        return ""
+    per = " per rate_limit_key" if options.rate_limit_key is not None else ""
+    return f", rate limit {rate}{per} cluster-wide"
 
 
 def log_jobs(app: Conveyor, quiet: bool = False) -> None:

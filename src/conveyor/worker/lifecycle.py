@@ -81,6 +81,7 @@ async def start_side_roles(worker: Worker, backend: Backend) -> None:
         and not worker.capped
         and not worker.rate_limited
         and not worker.key_capped
+        and not worker.key_rate_limited
     )
     if worker.hands_off:
         handoffs = HandoffReceiver(backend, worker.id, settings.lease, worker.take)

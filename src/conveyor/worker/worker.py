@@ -141,7 +141,15 @@ class Worker:
             n: t.options.concurrency for n, t in runtime.tasks.items() if t.options.concurrency
         }
         self.rate_limited = {
-            n: t.options.rate_limit for n, t in runtime.tasks.items() if t.options.rate_limit
+            n: t.options.rate_limit
+            for n, t in runtime.tasks.items()
+            if t.options.rate_limit and t.options.rate_limit_key is None
+        }
+        #: Cluster-wide rate limits with one window per rate_limit_key.
+        self.key_rate_limited = {
+            n: t.options.rate_limit
+            for n, t in runtime.tasks.items()
+            if t.options.rate_limit and t.options.rate_limit_key is not None
         }
         #: Cluster-wide caps per concurrency key, enforced by the store at claim.
         self.key_capped = {
@@ -152,7 +160,10 @@ class Worker:
         batch_tasks = {n: t for n, t in runtime.tasks.items() if t.options.batch_size}
         self._batcher = Batcher(self, batch_tasks) if batch_tasks else None
         #: In burst mode, how long an empty claim may wait on a rate limit's window.
-        self._rate_window = max((r.period for r in self.rate_limited.values()), default=0.0)
+        self._rate_window = max(
+            (r.period for r in (*self.rate_limited.values(), *self.key_rate_limited.values())),
+            default=0.0,
+        )
         #: In burst mode, how long claims must come back empty before the burst
         #: ends. With RabbitMQ dispatch a claim skips a job whose row a relay is
         #: marking dispatched at that moment (SKIP LOCKED): one empty claim
@@ -162,7 +173,7 @@ class Worker:
             prefetch if prefetch is not None else self.settings.prefetch,
             self.concurrency,
             # Buffered jobs hold their key's slots: no bigger buffer than asked.
-            rate_limited=bool(self.rate_limited or self.key_capped),
+            rate_limited=bool(self.rate_limited or self.key_capped or self.key_rate_limited),
         )
         #: Direct handoff (backends that support it): decided in run().
         self.hands_off = False
@@ -316,6 +327,7 @@ class Worker:
             task_limits=task_limits,
             rate_limits=self.rate_limited,
             key_limits=self.key_capped,
+            key_rate_limits=self.key_rate_limited,
             # Outlives the poll interval: an idle worker claims (and so
             # registers again) at least that often.
             handoff_for=self.settings.poll_interval + 1.0 if self.hands_off else 0.0,
@@ -391,7 +403,7 @@ class Worker:
                 continue
             # Fewer than asked: wait for new work, a free slot, or the poll timer.
             poll = self.settings.poll_interval
-            if self.rate_limited:
+            if self.rate_limited or self.key_rate_limited:
                 poll = min(poll, 0.05)
             elif self.key_capped:
                 # A slot freed by another worker sends no wake-up.

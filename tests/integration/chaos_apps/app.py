@@ -152,6 +152,13 @@ def make_app(url: str | None = None) -> Conveyor:
             await asyncio.sleep(seconds)
         return outcome(ctx)
 
+    @app.task("chaos.rated", rate_limit="5/s", rate_limit_key=lambda p: p["key"])
+    async def rated(ctx: JobContext, key: str) -> dict[str, Any]:
+        """At most 5 starts per ``key`` per second across every worker; returns the
+        claim's time (the store's clock, the one the windows count on)."""
+        with recorded(ctx):
+            return {**outcome(ctx), "key": key, "claimed_at": ctx.job.started_at}
+
     @app.task("chaos.debounced")
     async def debounced(ctx: JobContext, key: str, producer: int, n: int) -> dict[str, Any]:
         """Records the payload it ran with (a debounce storm keeps only the last)."""

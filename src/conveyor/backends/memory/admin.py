@@ -67,6 +67,7 @@ def retry_failed(store: Store, job_id: str, new_id: str) -> Job:
         on_dependency_failure=row.on_dependency_failure,
         workflow_id=row.workflow_id,
         concurrency_key=row.concurrency_key,
+        rate_limit_key=row.rate_limit_key,
     )
     store.insert(copy)
     row.retried_as = new_id

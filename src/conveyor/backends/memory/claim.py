@@ -101,15 +101,17 @@ class _Claim:
         return self.budgets[task][0]
 
     def capped(self, row: Row) -> bool:
+        """The job's key group is full or its rate window per key is spent."""
         cap = self.request.key_limits.get(row.task)
         return (
             cap is not None
             and self.store.running_keys.get((row.task, row.concurrency_key), 0) >= cap
-        )
+        ) or _key_rate_spent(self.store, self.request, row, self.now)
 
     def usable_head(self, heap: list[WaitEntry]) -> WaitEntry | None:
-        """The first job of ``heap`` whose key group has room; capped jobs are
-        set aside (slots only fill up during a claim) and put back at its end."""
+        """The first job of ``heap`` whose key group has room and whose rate
+        window per key is not spent; the others are set aside (slots and
+        windows only fill up during a claim) and put back at its end."""
         while True:
             self.store.clean_waiting(heap)
             if not heap:
@@ -172,6 +174,7 @@ class _Claim:
             log = self.store.rates.setdefault(task, RateLog(rate.period))
             log.period = max(log.period, rate.period)
             log.starts.append(self.now)
+        _count_key_rate(self.store, self.request, row, self.now)
         return to_job(row)
 
 
@@ -243,6 +246,27 @@ def _forget_passed(clock: FairClock) -> None:
     """Drop passes at or below vtime: they would be clamped to it anyway."""
     if len(clock.passes) > _PASSES_KEPT:
         clock.passes = {t: p for t, p in clock.passes.items() if p > clock.vtime}
+
+
+def _key_rate_spent(store: Store, request: ClaimRequest, row: Row, now: float) -> bool:
+    """The job's (task, rate_limit_key) window is at its limit (key_rate_limits)."""
+    rate = request.key_rate_limits.get(row.task)
+    if rate is None:
+        return False
+    log = store.key_rates.get((row.task, row.rate_limit_key))
+    if log is None:
+        return False
+    log.trim(now, rate.period)
+    return len(log.starts) >= rate.limit
+
+
+def _count_key_rate(store: Store, request: ClaimRequest, row: Row, now: float) -> None:
+    """Log a claimed job's start in its (task, rate_limit_key) window."""
+    rate = request.key_rate_limits.get(row.task)
+    if rate is not None:
+        log = store.key_rates.setdefault((row.task, row.rate_limit_key), RateLog(rate.period))
+        log.period = max(log.period, rate.period)
+        log.starts.append(now)
 
 
 def _claim_row(store: Store, row: Row, request: ClaimRequest, token: str, now: float) -> None:

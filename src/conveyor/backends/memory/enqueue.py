@@ -75,6 +75,7 @@ def enqueue_jobs(store: Store, jobs: Sequence[NewJob]) -> list[Job]:
             on_dependency_failure=new.on_dependency_failure,
             workflow_id=new.workflow_id,
             concurrency_key=new.concurrency_key,
+            rate_limit_key=new.rate_limit_key,
         )
         plan.append((row, True))
         added[new.queue] = added.get(new.queue, 0) + 1

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from conveyor.backends.base import PruneRule, StallResult
-from conveyor.backends.memory.store import Row, Store, deadline, to_job
+from conveyor.backends.memory.store import RateLog, Row, Store, deadline, to_job
 from conveyor.backends.workflow_retention import (
     Threshold,
     WorkflowRow,
@@ -95,12 +96,18 @@ def prune_jobs(store: Store, rules: Sequence[PruneRule]) -> int:
     deleted += _prune_workflows(store, rules, now)
     for name in [k for k, key in store.keys.items() if key.expires_at <= now]:
         del store.keys[name]
-    for task in list(store.rates):
-        log = store.rates[task]
+    _trim_rate_logs(store.rates, now)
+    _trim_rate_logs(store.key_rates, now)
+    return deleted
+
+
+def _trim_rate_logs(logs: dict[Any, RateLog], now: float) -> None:
+    """Forget the starts that left their windows, and the empty windows."""
+    for name in list(logs):
+        log = logs[name]
         log.trim(now, log.period)
         if not log.starts:
-            del store.rates[task]
-    return deleted
+            del logs[name]
 
 
 def _finished_order(row: Row) -> tuple[float, str]:

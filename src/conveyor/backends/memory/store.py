@@ -86,6 +86,7 @@ class Row:
     on_dependency_failure: DependencyPolicy = DependencyPolicy.CANCEL
     workflow_id: str | None = None
     concurrency_key: str | None = None
+    rate_limit_key: str | None = None
     dependents: list[str] | None = None
     """Ids of the blocked jobs waiting on this one (``None``: none ever did)."""
     seq: int = 0
@@ -179,6 +180,7 @@ def to_job(row: Row, duplicate: bool = False) -> Job:
         on_dependency_failure=row.on_dependency_failure,
         workflow_id=row.workflow_id,
         concurrency_key=row.concurrency_key,
+        rate_limit_key=row.rate_limit_key,
         duplicate=duplicate,
         decode_error=fields.problem,
     )
@@ -211,6 +213,8 @@ class Store:
         self.queues: dict[str, QueueInfo] = {}
         self.circuits: dict[str, Circuit] = {}
         self.rates: dict[str, RateLog] = {}
+        # Starts per (task, rate_limit_key): the windows key_rate_limits count.
+        self.key_rates: dict[tuple[str, str | None], RateLog] = {}
         self.workers: dict[str, WorkerInfo] = {}
         self.waiters: dict[asyncio.Future[bool], frozenset[str]] = {}
         # Queues notified while no waiter on them was listening: a worker between

@@ -31,6 +31,7 @@ async def claim_jobs(pool: Pool, q: Queries, request: ClaimRequest) -> ClaimResu
     caps = request.task_limits
     rates = request.rate_limits
     keys = request.key_limits
+    key_rates = request.key_rate_limits
     args = (
         list(dict.fromkeys(request.queues)),
         request.limit,
@@ -45,6 +46,9 @@ async def claim_jobs(pool: Pool, q: Queries, request: ClaimRequest) -> ClaimResu
         request.circuit_tasks,
         list(keys) if keys else None,
         list(keys.values()) if keys else None,
+        list(key_rates) if key_rates else None,
+        [r.limit for r in key_rates.values()] if key_rates else None,
+        [float(r.period) for r in key_rates.values()] if key_rates else None,
     )
     rows = await pool.fetch("claim", q.claim, *args)
     claimed: list[Job] = []

@@ -1,8 +1,8 @@
 """PostgreSQL rows (asyncpg records in ``JOB_COLUMNS`` order) to :class:`Job`
 values through the decoder shared with SQLite (:mod:`conveyor.backends.sqlrows`;
-the dependency columns follow the first 29, then has_dependents, dispatched_at
-and concurrency_key, the columns later migrations added), and the claim order
-of decoded jobs."""
+the dependency columns follow the first 29, then has_dependents, dispatched_at,
+concurrency_key and rate_limit_key, the columns later migrations added), and
+the claim order of decoded jobs."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ from conveyor.job import Job
 
 __all__ = ["JOB_FIELDS", "STATES", "Row", "claim_order", "job_from_row"]
 
-#: Position of ``concurrency_key`` in a ``j.*`` row (added last, version 6).
+#: Position of ``concurrency_key`` in a ``j.*`` row (added by version 6).
 CONCURRENCY_KEY = 34
+#: Position of ``rate_limit_key`` in a ``j.*`` row (added by the rate-limit-keys
+#: migration; tests/migrations checks both positions against the table).
+RATE_LIMIT_KEY = 35
 
 
 def job_from_row(r: Row) -> Job:
@@ -21,6 +24,8 @@ def job_from_row(r: Row) -> Job:
     job = _shared_job_from_row(r)
     if len(r) > CONCURRENCY_KEY:
         job.concurrency_key = r[CONCURRENCY_KEY]
+        if len(r) > RATE_LIMIT_KEY:
+            job.rate_limit_key = r[RATE_LIMIT_KEY]
     return job
 
 

@@ -65,7 +65,17 @@ class Batch:
             *dependency_arguments(sent),
             column([j.concurrency_key for j in sent]),
             column([j.debounce or None for j in sent]),
+            *([[j.rate_limit_key for j in sent]] if self.rate_keyed else []),
         ]
+
+    @property
+    def rate_keyed(self) -> bool:
+        """A job of the batch has a rate_limit_key (``enqueue_rate_keyed`` stores it)."""
+        return any(j.rate_limit_key is not None for j in self.sent)
+
+    def statement(self, q: Queries) -> str:
+        """The enqueue statement for :meth:`arguments`."""
+        return q.enqueue_rate_keyed if self.rate_keyed else q.enqueue
 
 
 #: The dependency parameters of a batch whose jobs use none of those options.
@@ -127,6 +137,7 @@ def plain_arguments(jobs: Sequence[NewJob]) -> list[Any] | None:
             or j.workflow_id is not None
             or j.on_dependency_failure is not CANCEL
             or j.concurrency_key is not None
+            or j.rate_limit_key is not None
             or j.debounce
         ):
             return None
@@ -284,7 +295,7 @@ def _new_job(nj: NewJob, now: float, queue_ttl: float | None) -> Job:
         nj.timeout, run_at, now, None, None, None if ttl is None else run_at + ttl, ttl,
         None, None, None, 0, None, None, None, [], None, nj.idempotency_key, nj.tenant,
         metadata, None, nj.retry_of, False, False, problem, tuple(nj.depends_on),
-        nj.on_dependency_failure, nj.workflow_id, nj.concurrency_key,
+        nj.on_dependency_failure, nj.workflow_id, nj.concurrency_key, nj.rate_limit_key,
     )  # fmt: skip
 
 
@@ -316,7 +327,7 @@ async def run_on_asyncpg(connection: Conn, q: Queries, jobs: Sequence[NewJob]) -
         return build_plain_jobs(jobs, rows[0][0], rows[0][1])
     batch = split(jobs)
     try:
-        reply = read_reply(await connection.fetch(q.enqueue, *batch.arguments()))
+        reply = read_reply(await connection.fetch(batch.statement(q), *batch.arguments()))
         existing: dict[str, Job] = {}
         if reply.duplicates:
             ids = [dup[0] for dup in reply.duplicates.values()]

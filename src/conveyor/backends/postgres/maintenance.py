@@ -66,6 +66,7 @@ async def prune_jobs(pool: Pool, q: Queries, rules: Sequence[PruneRule]) -> int:
     await pool.execute("prune keys", q.prune_keys)
     await pool.execute("prune rate starts", q.prune_rate_starts)
     await pool.execute("prune fair passes", q.prune_fair_passes)
+    await pool.execute("prune rate key starts", q.prune_rate_key_starts)
     return total
 
 

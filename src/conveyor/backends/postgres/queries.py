@@ -41,6 +41,7 @@ class Queries:
     """Every statement, by name. Declared here so a typo fails type checking."""
 
     enqueue: LiteralString
+    enqueue_rate_keyed: LiteralString
     enqueue_plain: LiteralString
     claim: LiteralString
     settle: LiteralString
@@ -83,6 +84,7 @@ class Queries:
     prune_keys: LiteralString
     prune_rate_starts: LiteralString
     prune_fair_passes: LiteralString
+    prune_rate_key_starts: LiteralString
     configure_queue: LiteralString
     tenant_counts: LiteralString
     set_queue_paused: LiteralString

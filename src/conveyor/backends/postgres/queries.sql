@@ -16,6 +16,15 @@ SELECT * FROM __schema__.enqueue($1::text[], $2::text[], $3::text[], $4::bytea[]
     $12::float8[], $13::text[], $14::bytea[], $15::text[], $16::text[], $17::text[],
     $18::integer[], $19::text[], $20::integer[], $21::text[], $22::float8[]);
 
+-- name: enqueue_rate_keyed
+-- enqueue's batch with a rate_limit_key per job ($23): the enqueue function's
+-- rows, the keys stored in the same call (version 7).
+SELECT * FROM __schema__.enqueue_rate_keyed($1::text[], $2::text[], $3::text[], $4::bytea[],
+    $5::integer[], $6::integer[], $7::float8[], $8::float8[], $9::float8[], $10::float8[],
+    $11::text[], $12::float8[], $13::text[], $14::bytea[], $15::text[], $16::text[],
+    $17::text[], $18::integer[], $19::text[], $20::integer[], $21::text[], $22::float8[],
+    $23::text[]);
+
 -- name: enqueue_plain
 SELECT * FROM __schema__.enqueue_plain($1::text[], $2::bytea[], $3::text, $4::text,
     $5::integer, $6::integer, $7::float8);
@@ -29,7 +38,7 @@ SELECT * FROM __schema__.enqueue_plain($1::text[], $2::bytea[], $3::text, $4::te
 SELECT c.* FROM set_config('synchronous_commit', 'off', true) AS s,
     __schema__.claim($1::text[], $2::integer, $3::float8, $4::text, $5::text,
     $6::text[], $7::integer[], $8::text[], $9::integer[], $10::float8[], $11::boolean,
-    $12::text[], $13::integer[]) AS c;
+    $12::text[], $13::integer[], $14::text[], $15::integer[], $16::float8[]) AS c;
 
 -- name: settle
 SELECT * FROM __schema__.settle($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[],
@@ -39,7 +48,7 @@ SELECT * FROM __schema__.settle($1::text[], $2::text[], $3::text[], $4::bytea[],
 -- Run once per new connection (with warm_settle), in a transaction rolled
 -- back: compiles the functions and plans their statements. Claims nothing.
 SELECT count(*) FROM __schema__.claim('{" warm-up"}', 1, 0, '', '', NULL, NULL, NULL, NULL, NULL, true,
-    NULL, NULL);
+    NULL, NULL, NULL, NULL, NULL);
 
 -- name: warm_settle
 SELECT count(*) FROM __schema__.settle('{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', NULL, NULL, NULL);
@@ -251,13 +260,15 @@ SELECT state, retried_as FROM __schema__.jobs WHERE id = $1::text FOR UPDATE;
 -- name: insert_retry_copy
 -- Copy failed job $1 into a new waiting job $2, fresh attempts, same TTL from
 -- now, same place in a workflow (depends_on, its policy, workflow_id), same
--- concurrency_key.
+-- concurrency_key and rate_limit_key.
 INSERT INTO __schema__.jobs (id, task, queue, state, priority, max_attempts, timeout, ttl,
                              run_at, created_at, expires_at, tenant, retry_of, payload, metadata,
-                             depends_on, on_dependency_failure, workflow_id, concurrency_key)
+                             depends_on, on_dependency_failure, workflow_id, concurrency_key,
+                             rate_limit_key)
 SELECT $2::text, o.task, o.queue, 'waiting', o.priority, o.max_attempts, o.timeout, o.ttl,
        t.now, t.now, t.now + o.ttl, o.tenant, o.id, o.payload, o.metadata,
-       o.depends_on, o.on_dependency_failure, o.workflow_id, o.concurrency_key
+       o.depends_on, o.on_dependency_failure, o.workflow_id, o.concurrency_key,
+       o.rate_limit_key
 FROM __schema__.jobs AS o,
      (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) AS t
 WHERE o.id = $1::text
@@ -489,6 +500,11 @@ WHERE at <= extract(epoch FROM clock_timestamp())::float8 - period;
 DELETE FROM __schema__.fair_tenants AS p
 USING __schema__.queues AS q
 WHERE q.name = p.queue AND p.pass <= q.vtime;
+
+-- name: prune_rate_key_starts
+-- Per-key rate-limit starts older than their window.
+DELETE FROM __schema__.rate_key_starts
+WHERE at <= extract(epoch FROM clock_timestamp())::float8 - period;
 
 
 -- ---------------------------------------------------------------- queues --

@@ -39,7 +39,8 @@ CREATE TABLE __schema__.jobs (
     workflow_id      text,
     has_dependents   boolean NOT NULL DEFAULT false,
     dispatched_at    float8,
-    concurrency_key  text
+    concurrency_key  text,
+    rate_limit_key   text
 ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 
 -- Every state has its own partial index, so the waiting jobs' index stays the
@@ -128,6 +129,18 @@ CREATE TABLE __schema__.rate_starts (
     period float8 NOT NULL
 );
 CREATE INDEX rate_starts_task ON __schema__.rate_starts (task, at);
+
+-- Sliding windows per (task, rate_limit_key) (version 8): a log of starts like
+-- rate_starts, one per key (rate_key NULL: the keyless window), kept apart so
+-- the per-task windows' statements stay as they are.
+CREATE TABLE __schema__.rate_key_starts (
+    task     text COLLATE "C" NOT NULL,
+    rate_key text COLLATE "C",
+    at       float8 NOT NULL,
+    n        integer NOT NULL,
+    period   float8 NOT NULL
+);
+CREATE INDEX rate_key_starts_window ON __schema__.rate_key_starts (task, rate_key, at);
 
 -- Worker heartbeats (info: the rest of WorkerInfo as JSON).
 CREATE TABLE __schema__.workers (
@@ -502,11 +515,22 @@ $$;
 -- loose index scan of jobs_fair (one probe per tenant, however deep a backlog);
 -- a tenant whose first claimable job cannot be found drops out, without credit.
 -- Claims of plain queues only look up which of their queues are fair.
+-- Version 8: per-key rate limits (p_rkey_tasks/p_rkey_limits/p_rkey_periods):
+-- at most that many starts of the task per rate_limit_key (NULL is one
+-- window) in any sliding window of the period, logged in rate_key_starts.
+-- Claimers that carry them for a task take turns on it (an advisory lock per
+-- task, taken in task order after the key caps' locks, held until commit); a
+-- spent window is left out of the candidate query and the jobs behind it are
+-- claimed. In a fair queue they take the one-job-at-a-time path: a spent
+-- window is left out of every head, so a tenant whose claimable jobs all sit
+-- in spent windows drops out without credit, like one blocked by key caps.
+-- Claims without p_rkey_tasks never look.
 CREATE FUNCTION __schema__.claim(
     p_queues text[], p_limit integer, p_lease float8, p_worker text, p_token text,
     p_cap_tasks text[], p_caps integer[],
     p_rate_tasks text[], p_rate_limits integer[], p_rate_periods float8[],
-    p_circuits boolean, p_key_tasks text[], p_key_caps integer[]
+    p_circuits boolean, p_key_tasks text[], p_key_caps integer[],
+    p_rkey_tasks text[], p_rkey_limits integer[], p_rkey_periods float8[]
 ) RETURNS SETOF __schema__.jobs
 LANGUAGE plpgsql
 -- Plans are cached per session and soon generic (parameters unknown). For a
@@ -542,6 +566,19 @@ DECLARE
     v_held integer[] := '{}';
     v_full text[] := '{}';
     v_group text;
+    -- Per-key rate limits (version 8): the key-rated tasks, their limits and
+    -- periods; the windows this claim met (jsonb [task, key] as text) with
+    -- their starts, its own included; the spent windows.
+    v_rk_tasks text[] := '{}';
+    v_rk_limits integer[] := '{}';
+    v_rk_periods float8[] := '{}';
+    v_windows text[] := '{}';
+    v_starts integer[] := '{}';
+    v_spent text[] := '{}';
+    v_window text;
+    v_period float8;
+    v_rk integer;
+    w integer;
     v_cap integer;
     v_count integer;
     g integer;
@@ -573,6 +610,7 @@ DECLARE
     h_id text[];
     h_task text[];
     h_key text[];
+    h_rkey text[];
     h_prio integer[];
     h_run float8[];
     h_ti integer[];
@@ -714,6 +752,22 @@ BEGIN
             PERFORM pg_advisory_xact_lock(hashtextextended('__channel__/keys/' || v_task, 0));
             v_key_tasks := v_key_tasks || v_task;
             v_key_caps := v_key_caps || v_cap;
+            v_slow := true;
+        END LOOP;
+    END IF;
+    IF p_rkey_tasks IS NOT NULL THEN
+        FOR v_task, v_cap, v_period IN
+            SELECT t.task, min(t.lim), max(t.period)
+            FROM unnest(p_rkey_tasks, p_rkey_limits, p_rkey_periods) AS t(task, lim, period)
+            WHERE t.task <> ALL (v_excluded)
+            GROUP BY t.task ORDER BY t.task
+        LOOP
+            PERFORM pg_advisory_xact_lock(hashtextextended('__channel__/ratekeys/' || v_task, 0));
+            DELETE FROM __schema__.rate_key_starts AS s
+            WHERE s.task = v_task AND s.at <= v_now - v_period;
+            v_rk_tasks := v_rk_tasks || v_task;
+            v_rk_limits := v_rk_limits || v_cap;
+            v_rk_periods := v_rk_periods || v_period;
             v_slow := true;
         END LOOP;
     END IF;
@@ -967,14 +1021,16 @@ BEGIN
         ELSE
             -- One job at a time: each queue's head (a fair queue's from the tenant
             -- the rule picks), the best head by the usual key is taken unless a
-            -- per-key cap refuses it. Task caps reached and full groups exclude
-            -- their jobs from every head from then on.
+            -- per-key cap or a spent rate window per key refuses it. Task caps
+            -- reached, full groups and spent windows exclude their jobs from
+            -- every head from then on.
             v_taken := array_fill(0, ARRAY[cardinality(v_cap_tasks)]);
             v_remaining := p_limit;
             h_valid := array_fill(false, ARRAY[v_nq]);
             h_id := array_fill(NULL::text, ARRAY[v_nq]);
             h_task := h_id;
             h_key := h_id;
+            h_rkey := h_id;
             h_prio := array_fill(NULL::integer, ARRAY[v_nq]);
             h_run := array_fill(NULL::float8, ARRAY[v_nq]);
             h_ti := h_prio;
@@ -996,28 +1052,32 @@ BEGIN
                                 EXIT WHEN v_ti IS NULL;
                             END IF;
                             IF v_ti IS NULL THEN
-                                SELECT j.id, j.task, j.concurrency_key, j.priority, j.run_at INTO h
+                                SELECT j.id, j.task, j.concurrency_key, j.rate_limit_key, j.priority, j.run_at INTO h
                                 FROM __schema__.jobs AS j
                                 WHERE j.state = 'waiting' AND j.queue = v_qs[i] AND j.run_at <= v_now
                                   AND j.task <> ALL (v_excluded) AND j.id <> ALL (v_ids)
                                   AND (j.task <> ALL (v_key_tasks)
                                        OR jsonb_build_array(j.task, j.concurrency_key)::text <> ALL (v_full))
+                                  AND (j.task <> ALL (v_rk_tasks)
+                                       OR jsonb_build_array(j.task, j.rate_limit_key)::text <> ALL (v_spent))
                                 ORDER BY j.priority DESC, j.run_at, j.id
                                 LIMIT 1
                                 FOR UPDATE SKIP LOCKED;
                             ELSIF f_tenant[v_ti] IS NULL THEN
-                                SELECT j.id, j.task, j.concurrency_key, j.priority, j.run_at INTO h
+                                SELECT j.id, j.task, j.concurrency_key, j.rate_limit_key, j.priority, j.run_at INTO h
                                 FROM __schema__.jobs AS j
                                 WHERE j.state = 'waiting' AND j.queue = v_qs[i] AND j.tenant IS NULL
                                   AND j.run_at <= v_now
                                   AND j.task <> ALL (v_excluded) AND j.id <> ALL (v_ids)
                                   AND (j.task <> ALL (v_key_tasks)
                                        OR jsonb_build_array(j.task, j.concurrency_key)::text <> ALL (v_full))
+                                  AND (j.task <> ALL (v_rk_tasks)
+                                       OR jsonb_build_array(j.task, j.rate_limit_key)::text <> ALL (v_spent))
                                 ORDER BY j.priority DESC, j.run_at, j.id
                                 LIMIT 1
                                 FOR UPDATE SKIP LOCKED;
                             ELSE
-                                SELECT j.id, j.task, j.concurrency_key, j.priority, j.run_at INTO h
+                                SELECT j.id, j.task, j.concurrency_key, j.rate_limit_key, j.priority, j.run_at INTO h
                                 FROM __schema__.jobs AS j
                                 WHERE j.state = 'waiting' AND j.queue = v_qs[i]
                                   AND j.tenant COLLATE "C" = f_tenant[v_ti]
@@ -1025,6 +1085,8 @@ BEGIN
                                   AND j.task <> ALL (v_excluded) AND j.id <> ALL (v_ids)
                                   AND (j.task <> ALL (v_key_tasks)
                                        OR jsonb_build_array(j.task, j.concurrency_key)::text <> ALL (v_full))
+                                  AND (j.task <> ALL (v_rk_tasks)
+                                       OR jsonb_build_array(j.task, j.rate_limit_key)::text <> ALL (v_spent))
                                 ORDER BY j.priority DESC, j.run_at, j.id
                                 LIMIT 1
                                 FOR UPDATE SKIP LOCKED;
@@ -1033,6 +1095,7 @@ BEGIN
                                 h_id[i] := h.id;
                                 h_task[i] := h.task;
                                 h_key[i] := h.concurrency_key;
+                                h_rkey[i] := h.rate_limit_key;
                                 h_prio[i] := h.priority;
                                 h_run[i] := h.run_at;
                                 h_ti[i] := v_ti;
@@ -1055,6 +1118,34 @@ BEGIN
                 EXIT WHEN v_best IS NULL;
 
                 v_task := h_task[v_best];
+                v_rk := array_position(v_rk_tasks, v_task);
+                IF v_rk IS NOT NULL THEN
+                    v_window := jsonb_build_array(v_task, h_rkey[v_best])::text;
+                    w := array_position(v_windows, v_window);
+                    IF w IS NULL THEN
+                        -- First job of the window: its starts (under the lock).
+                        IF h_rkey[v_best] IS NULL THEN
+                            SELECT coalesce(sum(s.n), 0) INTO v_count
+                            FROM __schema__.rate_key_starts AS s
+                            WHERE s.task = v_task AND s.rate_key IS NULL
+                              AND s.at > v_now - v_rk_periods[v_rk];
+                        ELSE
+                            SELECT coalesce(sum(s.n), 0) INTO v_count
+                            FROM __schema__.rate_key_starts AS s
+                            WHERE s.task = v_task AND s.rate_key = h_rkey[v_best]
+                              AND s.at > v_now - v_rk_periods[v_rk];
+                        END IF;
+                        v_windows := v_windows || v_window;
+                        v_starts := v_starts || v_count;
+                        w := cardinality(v_windows);
+                    END IF;
+                    IF v_starts[w] >= v_rk_limits[v_rk] THEN
+                        -- Spent: its jobs leave every head, the tenant uncharged.
+                        v_spent := v_spent || v_window;
+                        h_valid := array_fill(false, ARRAY[v_nq]);
+                        CONTINUE;
+                    END IF;
+                END IF;
                 v_cap := v_key_caps[array_position(v_key_tasks, v_task)];
                 IF v_cap IS NOT NULL THEN
                     v_group := jsonb_build_array(v_task, h_key[v_best])::text;
@@ -1082,6 +1173,13 @@ BEGIN
                     v_held[g] := v_held[g] + 1;
                     IF v_held[g] >= v_cap THEN
                         v_full := v_full || v_group;
+                        h_valid := array_fill(false, ARRAY[v_nq]);
+                    END IF;
+                END IF;
+                IF v_rk IS NOT NULL THEN
+                    v_starts[w] := v_starts[w] + 1;
+                    IF v_starts[w] >= v_rk_limits[v_rk] THEN
+                        v_spent := v_spent || v_window;
                         h_valid := array_fill(false, ARRAY[v_nq]);
                     END IF;
                 END IF;
@@ -1162,14 +1260,17 @@ BEGIN
             v_seen := 0;
             v_skipped := false;
             FOR r IN
-                SELECT c.id, c.task, c.concurrency_key FROM unnest(p_queues) AS q(name)
+                SELECT c.id, c.task, c.concurrency_key, c.rate_limit_key
+                FROM unnest(p_queues) AS q(name)
                 CROSS JOIN LATERAL (
-                    SELECT j.id, j.task, j.concurrency_key, j.priority, j.run_at
+                    SELECT j.id, j.task, j.concurrency_key, j.rate_limit_key, j.priority, j.run_at
                     FROM __schema__.jobs AS j
                     WHERE j.state = 'waiting' AND j.queue = q.name AND j.run_at <= v_now
                       AND j.task <> ALL (v_excluded) AND j.id <> ALL (v_ids)
                       AND (j.task <> ALL (v_key_tasks)
                            OR jsonb_build_array(j.task, j.concurrency_key)::text <> ALL (v_full))
+                      AND (j.task <> ALL (v_rk_tasks)
+                           OR jsonb_build_array(j.task, j.rate_limit_key)::text <> ALL (v_spent))
                     ORDER BY j.priority DESC, j.run_at, j.id
                     LIMIT v_asked
                     FOR UPDATE SKIP LOCKED
@@ -1187,6 +1288,35 @@ BEGIN
                 END IF;
                 IF v_remaining <= 0 THEN
                     EXIT;
+                END IF;
+                v_rk := array_position(v_rk_tasks, r.task);
+                IF v_rk IS NOT NULL THEN
+                    v_window := jsonb_build_array(r.task, r.rate_limit_key)::text;
+                    w := array_position(v_windows, v_window);
+                    IF w IS NULL THEN
+                        -- First job of the window: its starts (under the lock).
+                        IF r.rate_limit_key IS NULL THEN
+                            SELECT coalesce(sum(s.n), 0) INTO v_count
+                            FROM __schema__.rate_key_starts AS s
+                            WHERE s.task = r.task AND s.rate_key IS NULL
+                              AND s.at > v_now - v_rk_periods[v_rk];
+                        ELSE
+                            SELECT coalesce(sum(s.n), 0) INTO v_count
+                            FROM __schema__.rate_key_starts AS s
+                            WHERE s.task = r.task AND s.rate_key = r.rate_limit_key
+                              AND s.at > v_now - v_rk_periods[v_rk];
+                        END IF;
+                        v_windows := v_windows || v_window;
+                        v_starts := v_starts || v_count;
+                        w := cardinality(v_windows);
+                    END IF;
+                    IF v_starts[w] >= v_rk_limits[v_rk] THEN
+                        IF v_windows[w] <> ALL (v_spent) THEN
+                            v_spent := v_spent || v_windows[w];
+                        END IF;
+                        v_skipped := true;
+                        CONTINUE;
+                    END IF;
                 END IF;
                 v_cap := v_key_caps[array_position(v_key_tasks, r.task)];
                 IF v_cap IS NOT NULL THEN
@@ -1217,6 +1347,12 @@ BEGIN
                     v_held[g] := v_held[g] + 1;
                     IF v_held[g] >= v_cap THEN
                         v_full := v_full || v_group;
+                    END IF;
+                END IF;
+                IF v_rk IS NOT NULL THEN
+                    v_starts[w] := v_starts[w] + 1;
+                    IF v_starts[w] >= v_rk_limits[v_rk] THEN
+                        v_spent := v_spent || v_windows[w];
                     END IF;
                 END IF;
                 v_ids := v_ids || r.id;
@@ -1258,11 +1394,48 @@ BEGIN
         JOIN unnest(p_rate_tasks, p_rate_periods) AS rt(task, period) ON rt.task = t.task
         GROUP BY rt.task, rt.period;
     END IF;
+    IF cardinality(v_rk_tasks) > 0 THEN
+        INSERT INTO __schema__.rate_key_starts (task, rate_key, at, n, period)
+        SELECT j.task, j.rate_limit_key, v_now, count(*),
+               v_rk_periods[array_position(v_rk_tasks, j.task)]
+        FROM __schema__.jobs AS j
+        WHERE j.id = ANY (v_ids) AND j.task = ANY (v_rk_tasks)
+        GROUP BY j.task, j.rate_limit_key;
+    END IF;
     IF cardinality(v_trials) > 0 THEN
         UPDATE __schema__.circuits AS c
         SET state = 'half_open', open_until = v_now + coalesce(c.open_for, 0)
         WHERE c.task = ANY (v_trials) AND c.task = ANY (v_tasks);
     END IF;
+END;
+$$;
+
+
+-- enqueue_rate_keyed: enqueue() for a batch where a job has a rate_limit_key
+-- (p_rate_limit_keys, one per job; NULL elements for the jobs without one):
+-- enqueue()'s rows, and the keys stored on the jobs it inserted, in the same
+-- call (so no claim sees a job before its key). A job a key already held (a
+-- duplicate, or a debounce that changed the key's job) stores nothing: the
+-- key's job keeps its own rate_limit_key.
+CREATE FUNCTION __schema__.enqueue_rate_keyed(
+    p_ids text[], p_tasks text[], p_queues text[], p_payloads bytea[], p_priorities integer[],
+    p_max_attempts integer[], p_timeouts float8[], p_delays float8[], p_run_ats float8[],
+    p_ttls float8[], p_keys text[], p_key_ttls float8[], p_tenants text[], p_metadata bytea[],
+    p_retry_of text[], p_policies text[], p_workflows text[],
+    p_dep_of integer[], p_dep_ids text[], p_dep_pos integer[],
+    p_concurrency_keys text[], p_debounces float8[], p_rate_limit_keys text[]
+) RETURNS TABLE (out_kind text, out_ord integer, out_id text, out_task text, out_queue text,
+                 out_state text, out_value float8)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM __schema__.enqueue(
+        p_ids, p_tasks, p_queues, p_payloads, p_priorities, p_max_attempts, p_timeouts,
+        p_delays, p_run_ats, p_ttls, p_keys, p_key_ttls, p_tenants, p_metadata, p_retry_of,
+        p_policies, p_workflows, p_dep_of, p_dep_ids, p_dep_pos, p_concurrency_keys,
+        p_debounces);
+    UPDATE __schema__.jobs AS j SET rate_limit_key = k.key
+    FROM unnest(p_ids, p_rate_limit_keys) AS k(id, key)
+    WHERE j.id = k.id AND k.key IS NOT NULL;
 END;
 $$;
 

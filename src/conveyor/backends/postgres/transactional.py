@@ -69,7 +69,7 @@ async def _on_psycopg(connection: Any, q: Queries, batch: enq.Batch, args: list[
 
     try:
         async with connection.cursor() as cur:
-            await cur.execute(_psycopg_sql(q.enqueue), args)
+            await cur.execute(_psycopg_sql(batch.statement(q)), args)
             reply = enq.read_reply(await cur.fetchall())
             existing: dict[str, Job] = {}
             if reply.duplicates:

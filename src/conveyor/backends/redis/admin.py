@@ -58,9 +58,14 @@ async def purge_jobs(conn: RedisConnection, where: base.JobFilter) -> int:
 
 
 async def configure_queue(conn: RedisConnection, info: base.QueueInfo) -> None:
-    # fairness and weights are stored with the Redis fair-queue implementation
+    """Store the queue's options; switching its fairness moves its waiting jobs
+    between the per-task and the per-tenant sets (configure-2.lua)."""
     k = conn.keys
-    argv = [info.name, opt(info.max_size), float_text(info.ttl)]
+    weights = sorted(info.weights.items()) if info.fairness else []
+    argv: list[object] = [info.name, opt(info.max_size), float_text(info.ttl)]
+    argv += [info.fairness or "", len(weights)]
+    for tenant, weight in weights:
+        argv += [tenant, repr(float(weight))]
     await conn.run("configure", [k.queues, k.wake], argv)
 
 

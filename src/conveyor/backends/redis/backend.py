@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 
 from conveyor.backends import base
 from conveyor.backends.claims import ClaimKeeper
-from conveyor.backends.fairness import tenant_counts_by_listing
 from conveyor.backends.redis import (
     admin,
     claim,
@@ -141,8 +140,7 @@ class RedisBackend(base.Backend):
         return await reads.list_queues(self._conn)
 
     async def tenant_counts(self, queue: str, limit: int = 100) -> list[base.TenantCount]:
-        # A scan of the queue's jobs until the fair-queue work keeps counts per tenant.
-        return await tenant_counts_by_listing(self, queue, limit)
+        return await reads.tenant_counts(self._conn, queue, limit)
 
     # -- admin ---------------------------------------------------------------------
     async def cancel_job(self, job_id: str) -> Job | None:

@@ -42,6 +42,9 @@ async def claim_jobs(conn: RedisConnection, request: base.ClaimRequest) -> base.
     argv.append(len(request.key_limits))
     for task, cap in request.key_limits.items():
         argv += (task, cap)
+    argv.append(len(request.key_rate_limits))
+    for task, rate in request.key_rate_limits.items():
+        argv += (task, rate.limit, rate.period)
     k = conn.keys
     keys = [k.delayed, k.expiring, k.active, k.done("failed")]
     return decode.claim_result(await conn.run("claim", keys, argv))
@@ -109,7 +112,9 @@ async def _has_waiting(conn: RedisConnection, queues: frozenset[str]) -> bool:
     client, _ = conn.ready()
     try:
         async with conn.errors("wait_for_work"):
-            found = await client.exists(*(conn.keys.waiting_tasks(q) for q in queues))
+            keys = [conn.keys.waiting_tasks(q) for q in queues]
+            keys += [conn.keys.fair_tenants(q) for q in queues]
+            found = await client.exists(*keys)
     except BackendUnavailable:
         return False
     return bool(found)

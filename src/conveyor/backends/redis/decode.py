@@ -20,6 +20,7 @@ fa    finished_at        cr    cancel requested ("1")
 dp    depends_on (JSON)  of    on_dependency_failure (absent: cancel)
 wf    workflow_id        dn    has dependents ("1"; not a Job field)
 ck    concurrency_key
+rk    rate_limit_key
 pd    unfinished dependencies of a blocked job (not a Job field)
 ====  =================  ====  ==================
 
@@ -101,6 +102,7 @@ _PLAIN: dict[bytes, tuple[str, Callable[[bytes], Any]]] = {
     b"of": ("on_dependency_failure", _policy),
     b"wf": ("workflow_id", _text_of),
     b"ck": ("concurrency_key", _text_of),
+    b"rk": ("rate_limit_key", _text_of),
 }
 #: JSON list of ids, read like the payload: a bad value sets decode_error.
 _DEPENDS = b"dp"

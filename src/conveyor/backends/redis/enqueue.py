@@ -65,6 +65,7 @@ def _enqueue_options(new: base.NewJob) -> bytes:
         and new.workflow_id is None
         and new.concurrency_key is None
         and new.debounce is None
+        and new.rate_limit_key is None
     ):
         return b""
     packed: bytes = msgpack.packb(
@@ -83,6 +84,7 @@ def _enqueue_options(new: base.NewJob) -> bytes:
             new.workflow_id,
             new.concurrency_key,
             None if new.debounce is None else float(new.debounce),
+            new.rate_limit_key,
         ],
         use_bin_type=False,  # the server's cmsgpack reads no bin type: bytes go as str
     )
@@ -254,5 +256,6 @@ def _new_job(new: base.NewJob) -> Job:
         on_dependency_failure=new.on_dependency_failure,
         workflow_id=new.workflow_id,
         concurrency_key=new.concurrency_key,
+        rate_limit_key=new.rate_limit_key,
         decode_error=problem,
     )

@@ -121,12 +121,18 @@ class Keys:
         """SET of the tasks that have waiting jobs in ``queue``."""
         return f"{self.base}wt:{queue}"
 
+    def fair_tenants(self, queue: str) -> str:
+        """ZSET tenant code -> pass: a fair queue's tenants that have waiting jobs
+        (the claim's candidates; tenant codes and the other fair-queue keys,
+        ``fw:``, ``ftk:``, ``fs:``, ``qw:``, are built in ``scripts/lib.lua``)."""
+        return f"{self.base}fq:{queue}"
+
     def counts(self, queue: str) -> str:
         """HASH state -> number of jobs of ``queue``."""
         return f"{self.base}n:{queue}"
 
     def queue_config(self, queue: str) -> str:
-        """HASH: paused, max_size, ttl of ``queue``."""
+        """HASH: paused, max_size, ttl, fair ("tenant" for a fair queue) of ``queue``."""
         return f"{self.base}qc:{queue}"
 
     def idempotency(self, key: str) -> str:
@@ -154,6 +160,12 @@ class Keys:
         slots ``ClaimRequest.key_limits`` count (kept by claim, settle, recover)."""
         group = f"{self.base}ka:{len(task)}:{task}"
         return group if concurrency_key is None else f"{group}:{concurrency_key}"
+
+    def rate_window(self, task: str, rate_limit_key: str | None) -> str:
+        """ZSET: start log of one (task, rate_limit_key) window, the windows
+        ``ClaimRequest.key_rate_limits`` count (kept by claim, expires by itself)."""
+        window = f"{self.base}rk:{len(task.encode())}:{task}"
+        return window if rate_limit_key is None else f"{window}:{rate_limit_key}"
 
     def idle(self, queue: str) -> str:
         """ZSET worker id by registration end: ``queue``'s idle workers (direct handoff)."""

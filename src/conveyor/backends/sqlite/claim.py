@@ -21,6 +21,7 @@ from conveyor.backends.sqlite.decode import Row, claim_order, job_from_row
 from conveyor.backends.sqlite.dependencies import finished_with_dependents, resolve_dependents
 from conveyor.backends.sqlite.fair import Limits, claim_fair, fair_request
 from conveyor.backends.sqlite.queries import Q, json_param
+from conveyor.backends.sqlite.ratekeys import RateKeyWindows
 from conveyor.backends.worksignal import WorkSignal
 from conveyor.errors import BackendError
 from conveyor.ids import new_token
@@ -96,11 +97,13 @@ def claim(conn: sqlite3.Connection, request: ClaimRequest) -> ClaimResult:
         "limit": limit,
         "blocked": json_param(sorted(excluded)),
     }
+    windows = _rate_key_windows(conn, request, excluded, now)
     fair = fair_request(conn, queues)
     if fair is not None:
-        rows = claim_fair(conn, params, queues, fair, Limits(caps, set(excluded), key_caps))
-    elif caps or key_caps:
-        rows = _claim_capped(conn, params, caps, excluded, key_caps)
+        limits = Limits(caps, set(excluded), key_caps, windows=windows)
+        rows = claim_fair(conn, params, queues, fair, limits)
+    elif caps or key_caps or windows:
+        rows = _claim_capped(conn, params, caps, excluded, key_caps, windows)
     else:
         rows = conn.execute(Q.claim_fast, params).fetchall()
 
@@ -118,8 +121,18 @@ def claim(conn: sqlite3.Connection, request: ClaimRequest) -> ClaimResult:
         half_open = [(now, task) for task in trials if task in started]
         if half_open:
             conn.executemany(Q.circuit_trial, half_open)
+    if windows is not None and rows:
+        windows.record(rows)
     rows.sort(key=claim_order)  # RETURNING has no order
     return ClaimResult([job_from_row(r) for r in rows], expired)
+
+
+def _rate_key_windows(
+    conn: sqlite3.Connection, request: ClaimRequest, excluded: set[str], now: float
+) -> RateKeyWindows | None:
+    """The per-key rate windows of the tasks still admitted (None: none)."""
+    rates = {t: r for t, r in request.key_rate_limits.items() if t not in excluded}
+    return RateKeyWindows(conn, rates, now) if rates else None
 
 
 def _claim_capped(
@@ -128,6 +141,7 @@ def _claim_capped(
     caps: dict[str, int],
     excluded: set[str],
     key_caps: dict[str, int],
+    windows: RateKeyWindows | None = None,
 ) -> list[Row]:
     """The slow path, for caps below the batch size and per-key caps.
 
@@ -152,7 +166,11 @@ def _claim_capped(
     while remaining > 0:
         params["excluded"] = json_param(sorted(excluded))
         params["limit"] = remaining
-        if key_caps:
+        if windows is not None:
+            params["full"] = json_param([list(group) for group in full])
+            params["rate_full"] = json_param([list(window) for window in windows.spent])
+            candidates = conn.execute(Q.claim_rate_key_candidates, params).fetchall()
+        elif key_caps:
             params["full"] = json_param([list(group) for group in full])
             candidates = conn.execute(Q.claim_key_candidates, params).fetchall()
         else:
@@ -166,6 +184,10 @@ def _claim_capped(
             if limit is not None and count >= limit:
                 skipped = True
                 continue
+            rated = windows is not None and windows.limits(task)
+            if rated and windows is not None and not windows.has_room(task, candidate[3]):
+                skipped = True
+                continue
             key_cap = key_caps.get(task)
             if key_cap is not None:
                 group = (task, candidate[2])
@@ -176,6 +198,8 @@ def _claim_capped(
                 held[group] = used + 1
                 if used + 1 >= key_cap:
                     full.add(group)
+            if rated and windows is not None:
+                windows.take(task, candidate[3])
             chosen.append(job_id)
             taken[task] = count + 1
             if limit is not None and count + 1 >= limit:

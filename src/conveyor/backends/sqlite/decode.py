@@ -1,7 +1,8 @@
 """SQLite rows (plain tuples in ``JOB_COLUMNS`` order) to :class:`Job` values:
 the decoder shared with PostgreSQL (:mod:`conveyor.backends.sqlrows`; the
-dependency columns follow the first 29, then concurrency_key, the column
-migration 0005 added), plus SQLite's claim order on raw rows."""
+dependency columns follow the first 29, then concurrency_key and
+rate_limit_key, the columns the flow-control and rate-limit-keys migrations added), plus SQLite's
+claim order on raw rows."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ Row = tuple[Any, ...]
 
 #: Position of ``concurrency_key`` in a ``JOB_COLUMNS`` row (see queries.py).
 CONCURRENCY_KEY = [c.strip() for c in JOB_COLUMNS.split(",")].index("concurrency_key")
+#: Position of ``rate_limit_key`` (the rate-limit-keys migration added it).
+RATE_LIMIT_KEY = [c.strip() for c in JOB_COLUMNS.split(",")].index("rate_limit_key")
 
 
 def job_from_row(r: Row) -> Job:
@@ -26,6 +29,9 @@ def job_from_row(r: Row) -> Job:
     key = r[CONCURRENCY_KEY]
     if key is not None:
         job.concurrency_key = key
+    rate_key = r[RATE_LIMIT_KEY]
+    if rate_key is not None:
+        job.rate_limit_key = rate_key
     return job
 
 

@@ -100,7 +100,11 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
         expires_at = None if ttl is None else run_at + ttl
         if plan is not None:
             state = plan.start_state(nj, state)  # may be blocked or cancelled
-        if nj.concurrency_key is not None or (plan is not None and in_workflow(nj)):
+        if (
+            nj.concurrency_key is not None
+            or nj.rate_limit_key is not None
+            or (plan is not None and in_workflow(nj))
+        ):
             flow_rows.append(_workflow_row(nj, state, ttl, run_at, now, expires_at))
         elif (
             ttl is None
@@ -184,6 +188,8 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             _add_workflow_fields(job, nj, now)
         if nj.concurrency_key is not None:
             job.concurrency_key = nj.concurrency_key
+        if nj.rate_limit_key is not None:
+            job.rate_limit_key = nj.rate_limit_key
         if key is not None:
             known[key] = job  # a second job with this key in the batch is its duplicate
             key_rows.append((key, nj.id, nj.task, queue, now + nj.idempotency_ttl))
@@ -293,9 +299,9 @@ def _workflow_row(
     now: float,
     expires_at: float | None,
 ) -> tuple[Any, ...]:
-    """The 22 parameters of ``insert_workflow_job`` for a job with dependencies,
-    a workflow or a concurrency key (a job cancelled at once carries its reason
-    and end)."""
+    """The 23 parameters of ``insert_workflow_job`` for a job with dependencies,
+    a workflow, a concurrency key or a rate limit key (a job cancelled at once
+    carries its reason and end)."""
     cancelled = state is JobState.CANCELLED
     return (
         nj.id,
@@ -320,6 +326,7 @@ def _workflow_row(
         FailureReason.DEPENDENCY_FAILED.value if cancelled else None,
         now if cancelled else None,
         nj.concurrency_key,
+        nj.rate_limit_key,
     )
 
 

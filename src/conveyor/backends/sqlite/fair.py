@@ -26,10 +26,11 @@ from typing import Any
 
 from conveyor.backends.sqlite.decode import Row
 from conveyor.backends.sqlite.queries import Q, json_param
+from conveyor.backends.sqlite.ratekeys import RateKeyWindows
 from conveyor.backends.sqlite.reads import weights_of
 
-#: (id, task, concurrency_key, priority, run_at): a candidate job.
-Head = tuple[str, str, str | None, int, float]
+#: (id, task, concurrency_key, priority, run_at, rate_limit_key): a candidate job.
+Head = tuple[str, str, str | None, int, float, str | None]
 #: A per-key concurrency group: (task, concurrency_key).
 Group = tuple[str, str | None]
 
@@ -46,7 +47,8 @@ def tenant_of(key: str) -> str | None:
 
 @dataclass(slots=True)
 class Limits:
-    """What the request still allows, updated as jobs are chosen."""
+    """What the request still allows, updated as jobs are chosen: task caps,
+    key groups and (``windows``) the rate windows per key."""
 
     caps: dict[str, int]
     excluded: set[str]
@@ -54,9 +56,18 @@ class Limits:
     held: dict[Group, int] = field(default_factory=dict)
     full: set[Group] = field(default_factory=set)
     taken: dict[str, int] = field(default_factory=dict)
+    windows: RateKeyWindows | None = None
 
     def allows(self, head: Head) -> bool:
-        return head[1] not in self.excluded and (head[1], head[2]) not in self.full
+        if head[1] in self.excluded or (head[1], head[2]) in self.full:
+            return False
+        windows = self.windows
+        # A spent window is noted, so the head queries leave its jobs out from then on.
+        return windows is None or not windows.limits(head[1]) or windows.has_room(head[1], head[5])
+
+    def filters(self) -> bool:
+        """Whether the head queries have anything to leave out."""
+        return bool(self.excluded or self.full or (self.windows and self.windows.spent))
 
     def take(self, head: Head) -> None:
         task = head[1]
@@ -70,11 +81,15 @@ class Limits:
             used = self.held[group] = self.held.get(group, 0) + 1
             if used >= key_cap:
                 self.full.add(group)
+        if self.windows is not None and self.windows.limits(task):
+            self.windows.take(task, head[5])
 
     def params(self) -> dict[str, str]:
+        spent = self.windows.spent if self.windows is not None else set()
         return {
             "excluded": json_param(sorted(self.excluded)),
             "full": json_param([list(group) for group in sorted(self.full, key=str)]),
+            "rate_full": json_param([list(window) for window in sorted(spent, key=str)]),
         }
 
 
@@ -107,7 +122,7 @@ class Heads:
                 want, self.batch = min(want, self.batch), self.batch * 2
             params = {**self.params, "now": now, "limit": want}
             query = self.query
-            if query is Q.fair_heads and not (self.chosen or limits.excluded or limits.full):
+            if query is Q.fair_heads and not (self.chosen or limits.filters()):
                 query = Q.fair_heads_unfiltered  # the common case: nothing to leave out
             else:
                 params.update(limits.params(), taken=json_param(self.chosen))

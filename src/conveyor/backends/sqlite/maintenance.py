@@ -76,6 +76,7 @@ def prune_history(conn: sqlite3.Connection) -> None:
     now = time.time()
     conn.execute(Q.prune_keys, {"now": now})
     conn.execute(Q.prune_rate_starts, {"now": now})
+    conn.execute(Q.prune_rate_key_starts, {"now": now})
 
 
 def finished_workflows(conn: sqlite3.Connection) -> list[str]:

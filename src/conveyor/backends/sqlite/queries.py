@@ -24,7 +24,7 @@ JOB_COLUMNS = (
     "started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls, "
     "failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested, "
     "payload, metadata, result, progress, errors, depends_on, on_dependency_failure, "
-    "workflow_id, concurrency_key"
+    "workflow_id, concurrency_key, rate_limit_key"
 )
 #: Where ``has_dependents`` sits in the rows of the statements that finish jobs
 #: and return them (expire_due, cancel_job, recover_stalled): right after
@@ -67,6 +67,7 @@ class Queries:
     claim_fast: LiteralString
     claim_candidates: LiteralString
     claim_key_candidates: LiteralString
+    claim_rate_key_candidates: LiteralString
     key_slots_used: LiteralString
     claim_ids: LiteralString
     fair_queues: LiteralString
@@ -85,6 +86,9 @@ class Queries:
     rate_trim: LiteralString
     rate_used: LiteralString
     rate_record: LiteralString
+    rate_key_trim: LiteralString
+    rate_key_used: LiteralString
+    rate_key_record: LiteralString
     circuit_trial: LiteralString
     # renew, settle, progress
     leases_of: LiteralString
@@ -138,6 +142,7 @@ class Queries:
     delete_workflows: LiteralString
     prune_keys: LiteralString
     prune_rate_starts: LiteralString
+    prune_rate_key_starts: LiteralString
     # queues, circuits, heartbeats
     configure_queue: LiteralString
     tenant_counts: LiteralString

@@ -73,13 +73,13 @@ WHERE id IN (SELECT value FROM json_each(:ids));
 -- concurrency key (executemany): every column insert_job writes, plus
 -- depends_on (JSON array text), on_dependency_failure, workflow_id,
 -- failure_reason/finished_at for a job cancelled at once because a dependency
--- already failed, and concurrency_key. Tables: jobs.
+-- already failed, concurrency_key and rate_limit_key. Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
                   created_at, expires_at, idempotency_key, tenant, retry_of, payload, metadata,
                   depends_on, on_dependency_failure, workflow_id, failure_reason, finished_at,
-                  concurrency_key)
+                  concurrency_key, rate_limit_key)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-        ?17, ?18, ?19, ?20, ?21, ?22);
+        ?17, ?18, ?19, ?20, ?21, ?22, ?23);
 
 -- name: add_dependencies
 -- Record that blocked job ?2 waits for unfinished job ?1 (executemany).
@@ -162,7 +162,7 @@ RETURNING
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, concurrency_key, has_dependents;
+    workflow_id, concurrency_key, rate_limit_key, has_dependents;
 
 -- name: open_circuits
 -- Circuits that are not closed (open or half-open). Tables: circuits.
@@ -201,7 +201,7 @@ RETURNING
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, concurrency_key;
+    workflow_id, concurrency_key, rate_limit_key;
 
 -- name: claim_candidates
 -- The slow path's candidates: like claim_fast's choice, but only (id, task),
@@ -244,6 +244,32 @@ WHERE q.value NOT IN (SELECT name FROM queues WHERE paused = 1)
 ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT :limit;
 
+-- name: claim_rate_key_candidates
+-- The candidates of a claim with key_rate_limits: like claim_key_candidates,
+-- with each job's rate_limit_key too, and also leaving out the jobs of the
+-- spent windows in :rate_full (a JSON array of [task, rate_limit_key]; null is
+-- the keyless window), so the walk passes a spent key instead of stopping at
+-- it. :full is claim_key_candidates' (an empty array without key_limits).
+-- Tables: jobs (jobs_claim), queues.
+SELECT j.id, j.task, j.concurrency_key, j.rate_limit_key
+FROM json_each(:queues) AS q
+JOIN jobs AS j ON j.rowid IN (
+    SELECT c.rowid
+    FROM jobs AS c INDEXED BY jobs_claim
+    WHERE c.state = 'waiting' AND c.queue = q.value AND c.run_at <= :now
+      AND c.task NOT IN (SELECT value FROM json_each(:excluded))
+      AND json_array(c.task, c.concurrency_key) NOT IN (
+          SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
+          FROM json_each(:full) AS g)
+      AND json_array(c.task, c.rate_limit_key) NOT IN (
+          SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
+          FROM json_each(:rate_full) AS g)
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT :limit)
+WHERE q.value NOT IN (SELECT name FROM queues WHERE paused = 1)
+ORDER BY j.priority DESC, j.run_at, j.id
+LIMIT :limit;
+
 -- name: key_slots_used
 -- The slots taken, cluster-wide: active jobs per (task, concurrency_key) of
 -- the tasks in :tasks (JSON array), every active job counted, whoever claimed
@@ -277,23 +303,29 @@ WHERE name IN (SELECT value FROM json_each(:queues))
 -- name: fair_heads
 -- One tenant's first :limit claimable jobs in claim order (:tenant NULL: the
 -- jobs without a tenant), past the tasks in :excluded, the full key groups in
--- :full (as claim_key_candidates) and the ids this claim already chose in
--- :taken (they are claimed together at its end). Tables: jobs (jobs_fair).
-SELECT id, task, concurrency_key, priority, run_at
+-- :full (as claim_key_candidates), the spent rate windows per key in
+-- :rate_full (as claim_rate_key_candidates) and the ids this claim already
+-- chose in :taken (they are claimed together at its end).
+-- Tables: jobs (jobs_fair).
+SELECT id, task, concurrency_key, priority, run_at, rate_limit_key
 FROM jobs INDEXED BY jobs_fair
 WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant AND run_at <= :now
   AND task NOT IN (SELECT value FROM json_each(:excluded))
   AND json_array(task, concurrency_key) NOT IN (
       SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
       FROM json_each(:full) AS g)
+  AND json_array(task, rate_limit_key) NOT IN (
+      SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
+      FROM json_each(:rate_full) AS g)
   AND id NOT IN (SELECT value FROM json_each(:taken))
 ORDER BY priority DESC, run_at, id
 LIMIT :limit;
 
 -- name: fair_heads_unfiltered
 -- fair_heads when the claim has nothing to leave out (no excluded task, no
--- full key group, nothing chosen yet from this tenant). Tables: jobs (jobs_fair).
-SELECT id, task, concurrency_key, priority, run_at
+-- full key group, no spent rate window per key, nothing chosen yet from this
+-- tenant). Tables: jobs (jobs_fair).
+SELECT id, task, concurrency_key, priority, run_at, rate_limit_key
 FROM jobs INDEXED BY jobs_fair
 WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant AND run_at <= :now
 ORDER BY priority DESC, run_at, id
@@ -303,7 +335,7 @@ LIMIT :limit;
 -- The first waiting, due job of each tenant in :tenants (a JSON array; null is
 -- no tenant) of a fair queue, in one statement: one index seek per tenant.
 -- Tables: jobs (jobs_fair).
-SELECT t.value, j.id, j.task, j.concurrency_key, j.priority, j.run_at
+SELECT t.value, j.id, j.task, j.concurrency_key, j.priority, j.run_at, j.rate_limit_key
 FROM json_each(:tenants) AS t
 JOIN jobs AS j ON j.rowid = (
     SELECT c.rowid
@@ -317,13 +349,16 @@ JOIN jobs AS j ON j.rowid = (
 -- A plain queue's first :limit claimable jobs, for a claim that also names a
 -- fair queue (the streams are merged in Python); filters as fair_heads.
 -- Tables: jobs (jobs_claim).
-SELECT id, task, concurrency_key, priority, run_at
+SELECT id, task, concurrency_key, priority, run_at, rate_limit_key
 FROM jobs INDEXED BY jobs_claim
 WHERE state = 'waiting' AND queue = :queue AND run_at <= :now
   AND task NOT IN (SELECT value FROM json_each(:excluded))
   AND json_array(task, concurrency_key) NOT IN (
       SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
       FROM json_each(:full) AS g)
+  AND json_array(task, rate_limit_key) NOT IN (
+      SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
+      FROM json_each(:rate_full) AS g)
   AND id NOT IN (SELECT value FROM json_each(:taken))
 ORDER BY priority DESC, run_at, id
 LIMIT :limit;
@@ -401,7 +436,7 @@ RETURNING
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, concurrency_key;
+    workflow_id, concurrency_key, rate_limit_key;
 
 -- name: rate_trim
 -- Forget one task's starts that left its window (at <= :since). Tables: rate_starts.
@@ -418,6 +453,25 @@ WHERE task = :task AND at > :since;
 -- Log :n starts of a task at :at (executemany). Tables: rate_starts.
 INSERT INTO rate_starts (task, at, n, period)
 VALUES (?1, ?2, ?3, ?4);
+
+-- name: rate_key_trim
+-- Forget the starts of :task's key windows that left them (at <= :since).
+-- Tables: rate_key_starts (rate_key_starts_window).
+DELETE FROM rate_key_starts
+WHERE task = :task AND at <= :since;
+
+-- name: rate_key_used
+-- Starts in the window of (:task, :key) (at > :since; a NULL key is the
+-- keyless window). Tables: rate_key_starts (rate_key_starts_window).
+SELECT coalesce(sum(n), 0)
+FROM rate_key_starts
+WHERE task = :task AND rate_key IS :key AND at > :since;
+
+-- name: rate_key_record
+-- Log ?4 starts in the window (?1 task, ?2 rate_key) at ?3, kept ?5 seconds
+-- (executemany). Tables: rate_key_starts.
+INSERT INTO rate_key_starts (task, rate_key, at, n, period)
+VALUES (?1, ?2, ?3, ?4, ?5);
 
 -- name: circuit_trial
 -- A trial job was claimed for an open circuit: half-open until now + open_for,
@@ -544,7 +598,7 @@ SELECT
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, concurrency_key
+    workflow_id, concurrency_key, rate_limit_key
 FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids));
 
@@ -556,7 +610,7 @@ SELECT
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, concurrency_key
+    workflow_id, concurrency_key, rate_limit_key
 FROM jobs
 WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:queue IS NULL OR queue = :queue)
@@ -577,7 +631,7 @@ SELECT
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, concurrency_key
+    workflow_id, concurrency_key, rate_limit_key
 FROM jobs INDEXED BY jobs_workflow
 WHERE workflow_id = :workflow_id
   AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
@@ -612,7 +666,7 @@ SELECT
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, concurrency_key
+    workflow_id, concurrency_key, rate_limit_key
 FROM jobs INDEXED BY jobs_finished
 WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at IS NOT NULL
   AND (:queue IS NULL OR queue = :queue)
@@ -800,7 +854,7 @@ RETURNING
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, concurrency_key, has_dependents;
+    workflow_id, concurrency_key, rate_limit_key, has_dependents;
 
 -- name: retry_target
 -- One job's state and the job it was already retried as. Tables: jobs.
@@ -812,13 +866,15 @@ WHERE id = :id;
 -- Copy failed job :id into a new waiting job :new_id with fresh attempts and
 -- no idempotency key; it keeps the effective TTL, counted from :now, its
 -- place in a workflow (depends_on, on_dependency_failure, workflow_id) and its
--- concurrency_key (it still counts in its group's cap). Tables: jobs.
+-- concurrency_key (it still counts in its group's cap) and rate_limit_key.
+-- Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
                   created_at, expires_at, tenant, retry_of, payload, metadata,
-                  depends_on, on_dependency_failure, workflow_id, concurrency_key)
+                  depends_on, on_dependency_failure, workflow_id, concurrency_key,
+                  rate_limit_key)
 SELECT :new_id, task, queue, 'waiting', priority, max_attempts, timeout, ttl, :now, :now,
        :now + ttl, tenant, id, payload, metadata, depends_on, on_dependency_failure, workflow_id,
-       concurrency_key
+       concurrency_key, rate_limit_key
 FROM jobs
 WHERE id = :id;
 
@@ -923,7 +979,7 @@ RETURNING
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, concurrency_key, has_dependents;
+    workflow_id, concurrency_key, rate_limit_key, has_dependents;
 
 -- name: prune_by_age
 -- Delete up to :chunk plain jobs (no workflow: prune_workflows) in :state
@@ -999,6 +1055,11 @@ WHERE expires_at <= :now;
 -- name: prune_rate_starts
 -- Drop rate-limit starts older than their window. Tables: rate_starts.
 DELETE FROM rate_starts
+WHERE at <= :now - period;
+
+-- name: prune_rate_key_starts
+-- Drop per-key rate-limit starts older than their window. Tables: rate_key_starts.
+DELETE FROM rate_key_starts
 WHERE at <= :now - period;
 
 

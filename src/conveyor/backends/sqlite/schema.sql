@@ -50,6 +50,10 @@ CREATE TABLE jobs (
     -- Added by 0005 (flow control): the group ClaimRequest.key_limits counts
     -- the task's active jobs in (NULL: the task's one shared group).
     concurrency_key TEXT,
+    -- Added by 0007 (rate limits per key): the window
+    -- ClaimRequest.key_rate_limits counts the job's start in (NULL: the
+    -- task's one shared window).
+    rate_limit_key TEXT,
     -- Added by 0009 (RabbitMQ dispatch): when a relay last published the
     -- job's message (NULL: never since it became due).
     dispatched_at REAL
@@ -158,6 +162,17 @@ CREATE TABLE rate_starts (
     period REAL    NOT NULL
 );
 CREATE INDEX rate_starts_task ON rate_starts (task, at);
+
+-- Sliding windows per (task, rate_limit_key) (0006): like rate_starts, one
+-- log per key (rate_key NULL: the keyless window).
+CREATE TABLE rate_key_starts (
+    task     TEXT    NOT NULL,
+    rate_key TEXT,
+    at       REAL    NOT NULL,
+    n        INTEGER NOT NULL,
+    period   REAL    NOT NULL
+);
+CREATE INDEX rate_key_starts_window ON rate_key_starts (task, rate_key, at);
 
 -- Worker heartbeats. heartbeat_interval is the worker's own: readers judge
 -- its liveness with it (alive while last_seen is younger than 3 intervals).

@@ -49,6 +49,9 @@ class EnqueueBody(Body):
     worker: Name | None = None
     idempotency_ttl: DurationValue | None = None
     concurrency_key: Name | None = None
+    rate_limit_key: Name | None = Field(
+        None, description="The window the task's per-key rate limit counts this job's start in."
+    )
     debounce: DurationValue | None = Field(
         None, description="With idempotency_key: replace the key's unstarted job and postpone it."
     )

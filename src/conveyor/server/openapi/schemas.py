@@ -63,6 +63,7 @@ def component_schemas() -> dict[str, Any]:
         failure_reason={"enum": [*(r.value for r in FailureReason), None]},
         tenant=_STR_OR_NULL,
         concurrency_key=_STR_OR_NULL,
+        rate_limit_key=_STR_OR_NULL,
         metadata={},
         result={},
         error={},

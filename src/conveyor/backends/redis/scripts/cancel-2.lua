@@ -10,12 +10,12 @@
 -- Returns the job {field, value...} after the change, or an empty list.
 local id = ARGV[2]
 local key = jkey(id)
-local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'dn')
+local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'dn', 'tn')
 if not f[1] then return {} end
 local counts = {}
 if f[1] == 'waiting' or f[1] == 'delayed' or f[1] == 'blocked' then
   local now = now_time()
-  unindex(id, f[1], f[2], f[3], f[4], f[5])
+  unindex(id, f[1], f[2], f[3], f[7], f[4], f[5])
   redis.call('HSET', key, 's', 'cancelled', 'fa', fmt(now))
   redis.call('ZADD', donekey('cancelled'), now, id)
   bump(counts, f[2], f[1], 'cancelled')

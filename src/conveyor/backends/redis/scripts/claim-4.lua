@@ -3,7 +3,8 @@
 -- Jobs an enqueue already claimed for this worker (direct handoff) and that it
 -- has not popped come first and count against `limit` (any beyond it stay in
 -- its inbox). A claim that comes back short registers the worker as idle for
--- `handoff ttl` seconds (0, or task caps, rate limits or key caps given: never).
+-- `handoff ttl` seconds (0, or task caps, rate limits, key caps or per-key rate
+-- limits given: never).
 -- Each claimed job takes its (task, concurrency_key) slot (ka:<len>:<task>[:key]
 -- sets, lib.lua), with or without key caps.
 -- An expired job that has dependents (flag dn) resolves them here
@@ -21,6 +22,8 @@
 -- then the number of task caps nc, then nc pairs (task, cap)
 -- then the number of rate limits nr, then nr triples (task, limit, period)
 -- then the number of key caps nk, then nk pairs (task, most active jobs per key)
+-- then the number of per-key rate limits nkr, then nkr triples (task, limit,
+--   period): one window per (task, rate_limit_key), rk: keys (lib.lua)
 -- Returns, packed with MessagePack (one string to convert, not one per field),
 -- {{lease group (lib.lua) per claim or handoff the jobs came from},
 --  {{field, value...} per expired job}}.
@@ -44,19 +47,25 @@ end
 local keycaps = {}
 local nk = tonumber(ARGV[pos]); pos = pos + 1
 for _ = 1, nk do keycaps[ARGV[pos]] = tonumber(ARGV[pos + 1]); pos = pos + 2 end
+local keyrates = {}
+local nkr = tonumber(ARGV[pos]); pos = pos + 1
+for _ = 1, nkr do
+  keyrates[ARGV[pos]] = {tonumber(ARGV[pos + 1]), tonumber(ARGV[pos + 2])}
+  pos = pos + 3
+end
 
 unregister_idle(worker)
 local groups, handed_expired, taken = take_inbox(now, worker, lease, math.max(limit, 0))
 local counts = {}
 local group, expired = claim_for(now, worker, limit - taken, lease, token, circuits_on,
-  queues, caps, rates, keycaps, counts)
+  queues, caps, rates, keycaps, keyrates, counts)
 flush(counts)
 taken = taken + #group[5]
 if #group[5] > 0 then groups[#groups + 1] = group end
 for _, row in ipairs(expired) do handed_expired[#handed_expired + 1] = row end
 -- A stored request cannot keep caps and rate limits up to date: such workers
 -- are woken, never handed work.
-if handoff_ttl > 0 and nc == 0 and nr == 0 and nk == 0 and taken < limit then
+if handoff_ttl > 0 and nc == 0 and nr == 0 and nk == 0 and nkr == 0 and taken < limit then
   register_idle(now, worker, limit - taken, lease, token, circuits_on, queues, handoff_ttl)
 end
 return cmsgpack.pack({groups, handed_expired})

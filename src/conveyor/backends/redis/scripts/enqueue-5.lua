@@ -14,7 +14,7 @@
 --   delay, run_at|nil, ttl|nil, idempotency_key|nil, idempotency_ttl,
 --   tenant|nil, metadata|nil, retry_of|nil, depends_on (list of ids)|nil,
 --   on_dependency_failure ('run')|nil, workflow_id|nil, concurrency_key|nil,
---   debounce|nil
+--   debounce|nil, rate_limit_key|nil
 -- Debounce (an idempotency key and a debounce): when the key's job is waiting
 -- or delayed, it takes this entry's payload and metadata and is delayed until
 -- now + debounce (postpone below; the key lives on); otherwise a new job is
@@ -113,8 +113,9 @@ for first = 1, #fresh, 4000 do
 end
 
 for q, count in pairs(added) do
-  local conf = redis.call('HMGET', qckey(q), 'max_size', 'ttl')
+  local conf = redis.call('HMGET', qckey(q), 'max_size', 'ttl', 'fair')
   qttl[q] = tonumber(conf[2])
+  FAIR[q] = conf[3] == 'tenant'
   if conf[1] then
     local limit = tonumber(conf[1])
     local c = redis.call('HMGET', nkey(q), 'waiting', 'delayed')
@@ -157,8 +158,8 @@ local function args_at(i) return 2 + (i - 1) * F end
 local function postpone(id, i, counts)
   local o = options[i]
   local key = jkey(id)
-  local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'ttl')
-  if f[1] == 'waiting' then leave_waiting(id, f[2], f[3], f[4], f[5]) end
+  local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'ttl', 'tn')
+  if f[1] == 'waiting' then leave_waiting(id, f[2], f[3], f[7], f[4], f[5]) end
   local run_at = now + o[14]
   redis.call('HSET', key, 's', 'delayed', 'ra', fmt(run_at))
   if f[6] then redis.call('HSET', key, 'ex', fmt(run_at + tonumber(f[6]))) end
@@ -178,7 +179,7 @@ local all = {}
 local timer = false
 local expiring, delayed, payloads, dups = {}, {}, {}, {}
 local blocked = {}      -- ZADD arguments of the blocked index
-local waits = {}        -- queue -> task -> {its waiting set's key, ZADD arguments}
+local waits = {}        -- queue -> task (fair: task NUL tenant) -> {set key, ZADD arguments}
 local prefixes = {}     -- run_at text -> wmember's prefix (most jobs share one)
 local out = {'ok', fmt(now)}
 local nowtext = fmt(now)
@@ -249,25 +250,28 @@ for i = 1, n do
     if o[11] then fields[n_ + 1] = 'of'; fields[n_ + 2] = o[11]; n_ = n_ + 2 end
     if o[12] then fields[n_ + 1] = 'wf'; fields[n_ + 2] = o[12]; n_ = n_ + 2 end
     if o[13] then fields[n_ + 1] = 'ck'; fields[n_ + 2] = o[13]; n_ = n_ + 2 end
+    if o[15] then fields[n_ + 1] = 'rk'; fields[n_ + 2] = o[15]; n_ = n_ + 2 end
     redis.call('HSET', jkey(id), unpack(fields))
     all[#all + 1] = 0
     all[#all + 1] = id
     if state == 'waiting' then
       -- Batched per (queue, task): one ZADD for the whole run of jobs.
-      local tasks = waits[q]
-      if not tasks then tasks = {}; waits[q] = tasks end
-      local w = tasks[t]
+      local sets = waits[q]
+      if not sets then sets = {}; waits[q] = sets end
+      local lane = t
+      if FAIR[q] then lane = t .. '\0' .. tcode(o[7]) end
+      local w = sets[lane]
       if not w then
-        w = {wkey(q, t), {}}
-        tasks[t] = w
-        redis.call('SADD', wtkey(q), t)
+        w = {waiting_set(q, t, o[7]), {}}
+        sets[lane] = w
+        note_waiting(q, t, o[7])
       end
+      local list = w[2]
       local prefix = prefixes[ratext]
       if not prefix then
         prefix = wmember(run_at, '')
         prefixes[ratext] = prefix
       end
-      local list = w[2]
       list[#list + 1] = -pr
       list[#list + 1] = prefix .. id
       if ex then
@@ -322,8 +326,8 @@ for i = 1, #payloads, 4000 do
   redis.call('MSET', unpack(payloads, i, math.min(i + 3999, #payloads)))
 end
 call_many('ZADD', K_ALL, all)
-for _, tasks in pairs(waits) do
-  for _, w in pairs(tasks) do call_many('ZADD', w[1], w[2]) end
+for _, sets in pairs(waits) do
+  for _, w in pairs(sets) do call_many('ZADD', w[1], w[2]) end
 end
 call_many('ZADD', K_EXPIRING, expiring)
 call_many('ZADD', K_DELAYED, delayed)
@@ -332,9 +336,9 @@ for q, _ in pairs(counts) do redis.call('SADD', K_QUEUES, q) end
 -- Idle workers get the new work straight away, claimed for them (one hop less
 -- than waking them to claim); the others are woken for what is left.
 local still_waiting = {}
-for q, tasks in pairs(waits) do
+for q, sets in pairs(waits) do
   local keys = {}
-  for _, w in pairs(tasks) do keys[#keys + 1] = w[1] end
+  for _, w in pairs(sets) do keys[#keys + 1] = w[1] end
   still_waiting[q] = hand_off(now, q, keys, counts)
 end
 flush(counts)

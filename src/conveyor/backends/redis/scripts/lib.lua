@@ -32,6 +32,58 @@ local function slotkey(t, ck)
   if ck then return PFX .. 'ka:' .. #t .. ':' .. t .. ':' .. ck end
   return PFX .. 'ka:' .. #t .. ':' .. t
 end
+-- Rate limits per key: the start log (ZSET) of one (task, rate_limit_key)
+-- window, ClaimRequest.key_rate_limits; 'rk:<len>:<task>' for the jobs without
+-- a key, 'rk:<len>:<task>:k' for key k (field 'rk' of the job's hash).
+local function ratewinkey(t, rk)
+  if rk then return PFX .. 'rk:' .. #t .. ':' .. t .. ':' .. rk end
+  return PFX .. 'rk:' .. #t .. ':' .. t
+end
+-- Fair queues (fairness 'tenant'; the rule is in conveyor/backends/base.py).
+-- A fair queue keeps its waiting jobs in one set per (queue, task, tenant),
+-- 'fw:', scored and ordered like the per-task sets (w:), which it leaves
+-- empty; 'ftk:<queue>' maps a tenant to its tasks that have waiting jobs
+-- there (joined by NUL: a page of tenants is one HMGET);
+-- 'fq:<queue>' the candidate tenants, those with waiting jobs, scored by their
+-- pass, never below the queue's vtime (a tenant joins at its parked pass or
+-- vtime, whichever is larger; the claim lifts the passes vtime overtook), so
+-- that the set's own order, pass then tenant code, is the rule's order;
+-- 'fs:<queue>' the pass of tenants that left fq with a pass above vtime;
+-- 'qw:<queue>' tenant code -> weight. The queue's config hash (qc:) holds
+-- 'fair' ('tenant'), the vtime 'fv' and the number of weights 'nw'. A tenant's code
+-- is '0' for None and '1' .. name for a name: None first, then names in byte
+-- order, which for UTF-8 is code point order. Empty sets are dropped lazily,
+-- by the claim that finds them empty.
+local function tcode(tn)
+  if tn then return '1' .. tn end
+  return '0'
+end
+local function fwkey(q, t, tc) return PFX .. 'fw:' .. #q .. ':' .. q .. ':' .. #t .. ':' .. t .. ':' .. tc end
+local function ftkkey(q) return PFX .. 'ftk:' .. q end
+
+-- A tenant's tasks (the value of its ftk: field) as a list, and back.
+local function split_tasks(joined)
+  if not joined then return {} end
+  if not string.find(joined, '\0', 1, true) then return {joined} end  -- most: one task
+  local out = {}
+  for t in string.gmatch(joined, '[^%z]+') do out[#out + 1] = t end
+  return out
+end
+local function fqkey(q) return PFX .. 'fq:' .. q end
+local function fskey(q) return PFX .. 'fs:' .. q end
+local function qwkey(q) return PFX .. 'qw:' .. q end
+
+-- Whether queue q is fair, read once per script (configure-2 updates it).
+local FAIR = {}
+local function is_fair(q)
+  local f = FAIR[q]
+  if f == nil then
+    f = redis.call('HGET', qckey(q), 'fair') == 'tenant'
+    FAIR[q] = f
+  end
+  return f
+end
+
 local K_ALL = PFX .. 'all'
 local K_DELAYED = PFX .. 'delayed'
 local K_EXPIRING = PFX .. 'expiring'
@@ -57,15 +109,67 @@ local function wmember(run_at, id)
   return string.format('%017.0f', micros) .. id
 end
 
-local function enter_waiting(id, q, t, pr, ra, ex)
-  redis.call('ZADD', wkey(q, t), -(tonumber(pr) or 0), wmember(ra, id))
-  redis.call('SADD', wtkey(q), t)
+-- Tenant tc of fair queue q has waiting jobs again: a candidate from now on,
+-- at its parked pass or the queue's vtime, whichever is larger.
+local function join_tenant(q, tc)
+  local fq = fqkey(q)
+  if redis.call('ZSCORE', fq, tc) then return end
+  local fs = fskey(q)
+  local v = tonumber(redis.call('HGET', qckey(q), 'fv')) or 0
+  local p = tonumber(redis.call('HGET', fs, tc))
+  if p then redis.call('HDEL', fs, tc) end
+  if not p or p < v then p = v end
+  redis.call('ZADD', fq, fmt(p), tc)
+end
+
+-- The set a waiting job of (queue q, task t, tenant tn) lives in.
+local function waiting_set(q, t, tn)
+  if is_fair(q) then return fwkey(q, t, tcode(tn)) end
+  return wkey(q, t)
+end
+
+-- Register the set of (q, t, tn) with its queue's indexes (wt:, or ftk: and fq:).
+local function note_waiting(q, t, tn)
+  if is_fair(q) then
+    local tc = tcode(tn)
+    local fk = ftkkey(q)
+    local joined = redis.call('HGET', fk, tc)
+    if not joined then
+      redis.call('HSET', fk, tc, t)
+      join_tenant(q, tc)
+    elseif not string.find('\0' .. joined .. '\0', '\0' .. t .. '\0', 1, true) then
+      redis.call('HSET', fk, tc, joined .. '\0' .. t)
+    end
+  else
+    redis.call('SADD', wtkey(q), t)
+  end
+end
+
+local function enter_waiting(id, q, t, tn, pr, ra, ex)
+  redis.call('ZADD', waiting_set(q, t, tn), -(tonumber(pr) or 0), wmember(ra, id))
+  note_waiting(q, t, tn)
   if ex then redis.call('ZADD', K_EXPIRING, ex, id) end
 end
 
-local function leave_waiting(id, q, t, pr, ra)
-  redis.call('ZREM', wkey(q, t), wmember(ra, id))
+local function leave_waiting(id, q, t, tn, pr, ra)
+  redis.call('ZREM', waiting_set(q, t, tn), wmember(ra, id))
   redis.call('ZREM', K_EXPIRING, id)
+end
+
+-- The waiting sets of queue q, as {set key, task, tenant code|nil} (readers).
+local function waiting_sets(q)
+  local out = {}
+  if is_fair(q) then
+    local rows = redis.call('HGETALL', ftkkey(q))
+    for i = 1, #rows, 2 do
+      for _, t in ipairs(split_tasks(rows[i + 1])) do
+        out[#out + 1] = {fwkey(q, t, rows[i]), t, rows[i]}
+      end
+    end
+  else
+    for _, t in ipairs(redis.call('SMEMBERS', wtkey(q))) do out[#out + 1] = {wkey(q, t), t} end
+  end
+  return out
 end
 
 -- Per-queue state counts, batched: bump(c, q, from, to) then flush(c).
@@ -103,8 +207,8 @@ end
 local TERMINAL = {completed = true, failed = true, cancelled = true}
 
 -- Take a job out of the index of its current state.
-local function unindex(id, s, q, t, pr, ra)
-  if s == 'waiting' then leave_waiting(id, q, t, pr, ra)
+local function unindex(id, s, q, t, tn, pr, ra)
+  if s == 'waiting' then leave_waiting(id, q, t, tn, pr, ra)
   elseif s == 'delayed' then redis.call('ZREM', K_DELAYED, id)
   elseif s == 'active' then redis.call('ZREM', K_ACTIVE, id)
   elseif s == 'blocked' then redis.call('ZREM', K_BLOCKED, id)
@@ -115,12 +219,12 @@ end
 -- still points here, remembers the state the job had.
 local function remove_job(id, counts)
   local key = jkey(id)
-  local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'ik')
+  local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'ik', 'tn')
   -- Even for a row lost outside the scripts (an eviction, a manual DEL): its
   -- id must not stay taken in `all`, where enqueue looks ids up.
   redis.call('ZREM', K_ALL, id)
   if not f[1] then return false end
-  unindex(id, f[1], f[2], f[3], f[4], f[5])
+  unindex(id, f[1], f[2], f[3], f[7], f[4], f[5])
   -- Its dependents set, if any: a completed job's is gone already, a failed
   -- or cancelled one's names jobs resolved already, a deleted live job's
   -- dependents stay blocked (as when its row is lost).
@@ -204,7 +308,7 @@ local function resolve_dependents(finished, now, counts, woken)
       if completed then redis.call('DEL', dk) end
       for _, d in ipairs(dependents) do
         local key = jkey(d)
-        local f = redis.call('HMGET', key, 's', 'of', 'q', 't', 'pr', 'ra', 'ttl', 'dn')
+        local f = redis.call('HMGET', key, 's', 'of', 'q', 't', 'pr', 'ra', 'ttl', 'dn', 'tn')
         if f[1] == 'blocked' then
           local q = f[3]
           if completed or f[2] == 'run' then
@@ -223,7 +327,7 @@ local function resolve_dependents(finished, now, counts, woken)
                   ex = now + tonumber(f[7])
                   redis.call('HSET', key, 'ex', fmt(ex))
                 end
-                enter_waiting(d, q, f[4], f[5], nowtext, ex)
+                enter_waiting(d, q, f[4], f[9], f[5], nowtext, ex)
                 bump(counts, q, 'blocked', 'waiting')
                 woken[q] = true
               end
@@ -287,23 +391,25 @@ end
 -- their TTL, then claim up to `limit` due jobs of `queues`, priority DESC,
 -- run_at ASC, id ASC, within per-task caps, circuits, rate limits and per-key
 -- caps (`keycaps`: task -> the most active jobs per concurrency key; a full
--- group is skipped, the jobs behind it are taken). Every claimed job takes its
+-- group is skipped, the jobs behind it are taken) and per-key rate limits
+-- (`keyrates`: task -> {limit, period} per rate_limit_key window; a spent
+-- window is skipped the same way). Every claimed job takes its
 -- group's slot (the ka: set), capped or not: slots count every active job. Expired
 -- jobs resolve their dependents (and publish the wake-ups of those released).
 -- Bumps `counts`; returns the claimed jobs as a lease group and the expired rows
 -- ({field, value...}).
 local function claim_for(now, worker, limit, lease, token, circuits_on, queues, caps, rates,
-    keycaps, counts)
+    keycaps, keyrates, counts)
   local nowtext = fmt(now)
 
   -- 1. promote delayed jobs that are due (a bounded slice per call)
   local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, 1000)
   for _, id in ipairs(due) do
     local key = jkey(id)
-    local f = redis.call('HMGET', key, 'q', 't', 'pr', 'ra', 'ex', 's')
+    local f = redis.call('HMGET', key, 'q', 't', 'pr', 'ra', 'ex', 's', 'tn')
     if f[6] == 'delayed' then
       redis.call('HSET', key, 's', 'waiting')
-      enter_waiting(id, f[1], f[2], f[3], f[4], f[5])
+      enter_waiting(id, f[1], f[2], f[7], f[3], f[4], f[5])
       bump(counts, f[1], 'delayed', 'waiting')
     end
   end
@@ -315,9 +421,9 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
   local gone = redis.call('ZRANGEBYSCORE', K_EXPIRING, '-inf', now, 'LIMIT', 0, 1000)
   for _, id in ipairs(gone) do
     local key = jkey(id)
-    local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'a', 'dn')
+    local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'a', 'dn', 'tn')
     if f[1] == 'waiting' then
-      redis.call('ZREM', wkey(f[2], f[3]), wmember(f[5], id))
+      redis.call('ZREM', waiting_set(f[2], f[3], f[8]), wmember(f[5], id))
       redis.call('HSET', key, 's', 'failed', 'fr', 'expired', 'fa', nowtext)
       append_error(key, json_error('Expired', 'queue TTL expired', f[6], 'expired', now))
       redis.call('ZADD', donekey('failed'), now, id)
@@ -380,11 +486,25 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     return n
   end
 
-  -- The first `want` jobs of a capped task's set `wk` whose group has a free
-  -- slot, walking past the jobs of full groups: each a candidate with its
-  -- group's key. Nil when the set is empty.
-  local function free_heads(wk, t, cap, want)
+  -- Starts per rate window (rk: key) as this claim goes, read once per window.
+  local rheld = {}
+  local function starts_in(k, period)
+    local n = rheld[k]
+    if not n then
+      redis.call('ZREMRANGEBYSCORE', k, '-inf', now - period)
+      n = redis.call('ZCARD', k)
+      rheld[k] = n
+    end
+    return n
+  end
+
+  -- The first `want` jobs of a capped or key-rated task's set `wk` whose group
+  -- has a free slot (`cap`) and whose rate window has room (`rate`), walking
+  -- past the others: each a candidate with its group's and window's keys (nil
+  -- for a limit the task has not). Nil when the set is empty.
+  local function free_heads(wk, t, cap, rate, want)
     local taken = {}  -- per group, as if every earlier candidate were claimed
+    local rtaken = {}  -- per rate window, likewise
     local found = {}
     local start = 0
     local page = math.max(want * 2, 64)
@@ -396,39 +516,321 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
       end
       for i = 1, #chunk, 2 do
         local member = chunk[i]
-        local k = slotkey(t, redis.call('HGET', jkey(string.sub(member, 18)), 'ck'))
-        local n = taken[k] or held_in(k, cap)
-        if n < cap then
-          found[#found + 1] = {tonumber(chunk[i + 1]), member, k}
+        local f = redis.call('HMGET', jkey(string.sub(member, 18)), 'ck', 'rk')
+        local k = cap and slotkey(t, f[1]) or nil
+        local rk = rate and ratewinkey(t, f[2]) or nil
+        local n = k and (taken[k] or held_in(k, cap)) or 0
+        local rn = rk and (rtaken[rk] or starts_in(rk, rate[2])) or 0
+        if (not k or n < cap) and (not rk or rn < rate[1]) then
+          found[#found + 1] = {tonumber(chunk[i + 1]), member, k, rk}
+          if k then taken[k] = n + 1 end
+          if rk then rtaken[rk] = rn + 1 end
           if #found >= want then break end
-          n = n + 1
         end
-        taken[k] = n
       end
       start = start + page
     end
     return found
   end
 
+  -- Fair queues: each a stream of jobs in the rule's order, merged into the
+  -- claim below. fq is read in pages and not written until the claim ends
+  -- (so its ranks hold still): the tenants examined so far sit in `seen`, with
+  -- the pass they have in this claim; the next tenant is the smaller, by
+  -- (pass, tenant code), of the first unexamined one of fq and the best
+  -- examined one still claimable (a heap). A tenant found with nothing claimable stays
+  -- so for the rest of the claim (budgets and free slots only shrink, rate
+  -- windows only fill). A job taken leaves its tenant set at once (the next
+  -- look reads from the top), except from the set of a tenant with one task
+  -- and no key cap or per-key rate limit: that set is
+  -- popped into `popped` (1 job, then twice as many at each refill: a tenant
+  -- served again and again in one claim costs a few calls, not one per job),
+  -- and what the claim did not take goes back at the end.
+  local removed = {}  -- plain set key -> members claimed from it
+  local popped = {}   -- tenant set key -> {rows = {member, score...}, at, n}
+
+  -- The first claimable job of examined tenant `e` of stream `st` (a
+  -- candidate {score, member, q, t, set key, group key|nil, tenant, pass,
+  -- its `popped` buffer|nil, rate window key|nil}), or nil; the second value
+  -- tells whether it has waiting jobs at all.
+  local function tenant_head(st, e)
+    local q, tc = st.q, e.tc
+    local tasks = e.tasks
+    local best = nil
+    local any = false
+    local i = 1
+    local changed = false
+    while i <= #tasks do
+      local t = tasks[i]
+      local wk = fwkey(q, t, tc)
+      local c = nil
+      local empty = false
+      local cap = keycaps[t]
+      local krate = keyrates[t]
+      local buf = popped[wk]
+      if budget_of(t) <= 0 then
+        if (buf and buf.at <= #buf.rows) or redis.call('EXISTS', wk) == 1 then
+          any = true
+        else
+          empty = true
+        end
+      elseif cap or krate then
+        -- past full groups and spent rate windows: a tenant with jobs but
+        -- none claimable is blocked, not drained (no credit either way)
+        local found = free_heads(wk, t, cap, krate, 1)
+        if not found then
+          empty = true
+        else
+          any = true
+          if found[1] then
+            c = {found[1][1], found[1][2], q, t, wk, found[1][3]}
+            c[10] = found[1][4]
+          end
+        end
+      else
+        if #tasks == 1 or buf then
+          if not buf or buf.at > #buf.rows then
+            local n = buf and math.min(buf.n * 2, 64) or 1
+            buf = {rows = redis.call('ZPOPMIN', wk, n), at = 1, n = n}
+            popped[wk] = buf
+          end
+          if buf.at > #buf.rows then
+            empty = true
+          else
+            any = true
+            c = {tonumber(buf.rows[buf.at + 1]), buf.rows[buf.at], q, t, wk}
+            c[9] = buf
+          end
+        else
+          local head = redis.call('ZRANGE', wk, 0, 0, 'WITHSCORES')
+          if #head == 0 then
+            empty = true
+          else
+            any = true
+            c = {tonumber(head[2]), head[1], q, t, wk}
+          end
+        end
+      end
+      if empty then
+        table.remove(tasks, i)
+        changed = true
+      else
+        i = i + 1
+        if c and (not best or c[1] < best[1] or (c[1] == best[1] and c[2] < best[2])) then
+          best = c
+        end
+      end
+    end
+    if changed then
+      if #tasks > 0 then
+        redis.call('HSET', ftkkey(q), tc, table.concat(tasks, '\0'))
+      else
+        redis.call('HDEL', ftkkey(q), tc)
+      end
+    end
+    return best, any
+  end
+
+  -- The popped jobs the claim did not take go back where they were.
+  local function put_back_popped()
+    for wk, buf in pairs(popped) do
+      local back = {}
+      for i = buf.at, #buf.rows, 2 do
+        back[#back + 1] = buf.rows[i + 1]
+        back[#back + 1] = buf.rows[i]
+      end
+      call_many('ZADD', wk, back)
+    end
+  end
+
+  local function fair_stream(q, vtime, weighted)
+    local v = tonumber(vtime) or 0
+    return {q = q, fq = fqkey(q), v = v, v0 = v, head = nil, cur = nil, seen = {}, live = {},
+      page = {}, at = 1, read = 0, ended = false, nw = tonumber(weighted) or 0, weights = {}}
+  end
+
+  -- The first unexamined tenant of fq, as {tc, pass, tasks}, or nil.
+  local function unexamined(st)
+    if st.at > #st.page and not st.ended then
+      local size = math.min(64, limit + 1)
+      local rows = redis.call('ZRANGE', st.fq, st.read, st.read + size - 1, 'WITHSCORES')
+      st.read = st.read + size
+      st.ended = #rows < 2 * size
+      st.page = {}
+      st.at = 1
+      if #rows > 0 then
+        local codes = {}
+        for i = 1, #rows, 2 do codes[#codes + 1] = rows[i] end
+        local joined = redis.call('HMGET', ftkkey(st.q), unpack(codes))
+        for i, tc in ipairs(codes) do
+          st.page[i] = {tc, tonumber(rows[2 * i]), split_tasks(joined[i])}
+        end
+      end
+    end
+    return st.page[st.at]
+  end
+
+  local function before(a_pass, a_tc, b_pass, b_tc)
+    return a_pass < b_pass or (a_pass == b_pass and a_tc < b_tc)
+  end
+
+  -- The examined tenants still claimable, a binary heap by (pass, tenant code).
+  local function heap_push(h, e)
+    local i = #h + 1
+    h[i] = e
+    while i > 1 do
+      local up = math.floor(i / 2)
+      if not before(h[i].pass, h[i].tc, h[up].pass, h[up].tc) then break end
+      h[i], h[up] = h[up], h[i]
+      i = up
+    end
+  end
+
+  local function heap_pop(h)
+    local top = h[1]
+    local last = table.remove(h)
+    if #h == 0 then return top end
+    h[1] = last
+    local i = 1
+    while true do
+      local l, r, m = 2 * i, 2 * i + 1, i
+      if l <= #h and before(h[l].pass, h[l].tc, h[m].pass, h[m].tc) then m = l end
+      if r <= #h and before(h[r].pass, h[r].tc, h[m].pass, h[m].tc) then m = r end
+      if m == i then return top end
+      h[i], h[m] = h[m], h[i]
+      i = m
+    end
+  end
+
+  -- The stream's next job by the rule (kept as its head until taken), or nil.
+  local function fair_peek(st)
+    local c = st.head
+    if c then
+      local t = c[4]
+      if budgets[t] > 0 and (not c[6] or held[c[6]] < keycaps[t])
+          and (not c[10] or rheld[c[10]] < keyrates[t][1]) then
+        return c
+      end
+      st.head = nil  -- its task's budget, group or rate window taken by another queue's job
+    end
+    while true do
+      -- st.cur: the tenant whose turn it is (out of the heap until it is taken)
+      local best = st.cur
+      if not best then
+        local top = st.live[1]
+        local u = unexamined(st)
+        if u and (not top or before(u[2], u[1], top.pass, top.tc)) then
+          best = {tc = u[1], pass = u[2], tasks = u[3], state = 'live'}
+          st.seen[#st.seen + 1] = best
+          st.at = st.at + 1
+        elseif top then
+          best = heap_pop(st.live)
+        else
+          return nil
+        end
+        st.cur = best
+      end
+      local head, any = tenant_head(st, best)
+      if head then
+        head[7] = best
+        head[8] = math.max(best.pass, st.v)  -- effective pass
+        st.head = head
+        return head
+      end
+      best.state = any and 'blocked' or 'gone'
+      st.cur = nil
+    end
+  end
+
+  -- The claim takes `c`, the stream's head: pass = effective + 1 / weight,
+  -- vtime = effective.
+  local function fair_take(st, c)
+    local e = c[7]
+    local w = 1
+    if st.nw > 256 then  -- many weights: read one tenant at a time
+      w = st.weights[e.tc]
+      if not w then
+        w = tonumber(redis.call('HGET', qwkey(st.q), e.tc)) or 1
+        st.weights[e.tc] = w
+      end
+    elseif st.nw > 0 then  -- a few: read at once
+      if not st.loaded then
+        local rows = redis.call('HGETALL', qwkey(st.q))
+        for i = 1, #rows, 2 do st.weights[rows[i]] = tonumber(rows[i + 1]) end
+        st.loaded = true
+      end
+      w = st.weights[e.tc] or 1
+    end
+    e.pass = c[8] + 1 / w
+    e.moved = true
+    heap_push(st.live, e)
+    st.cur = nil
+    st.v = c[8]
+    st.head = nil
+    if c[9] then c[9].at = c[9].at + 2 else redis.call('ZREM', c[5], c[2]) end
+  end
+
+  -- The claim's changes to a stream's tenants: new passes, the skipped ones
+  -- vtime overtook lifted to it (their effective pass, so fq's order stays the
+  -- rule's), the drained ones out of fq (a pass above vtime kept in fs:).
+  local function fair_write(st)
+    st.head = nil
+    local fs = fskey(st.q)
+    if st.v ~= st.v0 then redis.call('HSET', qckey(st.q), 'fv', fmt(st.v)) end
+    local moves, parked, gone = {}, {}, {}
+    for _, e in ipairs(st.seen) do
+      if e.state == 'gone' then
+        gone[#gone + 1] = e.tc
+        if e.pass > st.v then
+          parked[#parked + 1] = e.tc
+          parked[#parked + 1] = fmt(e.pass)
+        end
+      elseif e.moved or e.pass < st.v then
+        moves[#moves + 1] = fmt(math.max(e.pass, st.v))
+        moves[#moves + 1] = e.tc
+      end
+    end
+    call_many('ZADD', st.fq, moves)
+    call_many('ZREM', st.fq, gone)
+    call_many('HDEL', ftkkey(st.q), gone)
+    call_many('HSET', fs, parked)
+  end
+
   -- 4. candidates: the heads of each (queue, task) set the claim may take from
+  -- (fair queues: a stream each)
   local cands = {}
+  local streams = {}
   local sources = 0
   local seen_q = {}
   for _, q in ipairs(queues) do
-    if not seen_q[q] and redis.call('HGET', qckey(q), 'paused') ~= '1' then
+    local conf = nil
+    if not seen_q[q] then
       seen_q[q] = true
+      conf = redis.call('HMGET', qckey(q), 'paused', 'fair', 'fv', 'nw')
+      FAIR[q] = conf[2] == 'tenant'
+    end
+    if conf and conf[1] == '1' then
+      -- paused
+    elseif conf and FAIR[q] then
+      streams[#streams + 1] = fair_stream(q, conf[3], conf[4])
+    elseif conf then
       for _, t in ipairs(redis.call('SMEMBERS', wtkey(q))) do
         local b = budget_of(t)
         if b > 0 then
           local wk = wkey(q, t)
           local cap = keycaps[t]
-          if cap then
-            local found = free_heads(wk, t, cap, math.min(b, limit))
+          local krate = keyrates[t]
+          if cap or krate then
+            local found = free_heads(wk, t, cap, krate, math.min(b, limit))
             if not found then
               redis.call('SREM', wtkey(q), t)
             elseif #found > 0 then
               sources = sources + 1
-              for _, f in ipairs(found) do cands[#cands + 1] = {f[1], f[2], q, t, wk, f[3]} end
+              for _, f in ipairs(found) do
+                local c = {f[1], f[2], q, t, wk, f[3]}
+                c[10] = f[4]
+                cands[#cands + 1] = c
+              end
             end
           else
             local head = redis.call('ZRANGE', wk, 0, math.min(b, limit) - 1, 'WITHSCORES')
@@ -454,25 +856,53 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
 
   -- 5. claim in that order within each task's budget and its groups' free
   -- slots (a candidate of a capped task may find its group filled by one of
-  -- another queue's, taken first)
-  local removed = {}
+  -- another queue's, taken first); a fair queue's stream merges in by its
+  -- head job's place in that order
   local payload_keys = {}
   local act = {}
   local ttl_ids = {}  -- claimed jobs with a TTL: they leave the expiring index
   local slots = {}
-  for _, c in ipairs(cands) do
-    if #claimed >= limit then break end
-    local t = c[4]
-    local k = c[6]
-    if budgets[t] > 0 and (not k or held[k] < keycaps[t]) then
-      budgets[t] = budgets[t] - 1
-      if k then held[k] = held[k] + 1 end
-      local member = c[2]
-      local id = string.sub(member, 18)
-      local key = jkey(id)
+  local ci = 1
+  while #claimed < limit do
+    local c = nil
+    while ci <= #cands do
+      local x = cands[ci]
+      local k = x[6]
+      local rk = x[10]
+      if budgets[x[4]] > 0 and (not k or held[k] < keycaps[x[4]])
+          and (not rk or rheld[rk] < keyrates[x[4]][1]) then
+        c = x
+        break
+      end
+      ci = ci + 1
+    end
+    local from = nil
+    for _, st in ipairs(streams) do
+      local h = fair_peek(st)
+      if h and (not c or h[1] < c[1] or (h[1] == c[1] and h[2] < c[2])) then
+        c = h
+        from = st
+      end
+    end
+    if not c then break end
+    local member = c[2]
+    if from then
+      fair_take(from, c)
+    else
+      ci = ci + 1
       local r = removed[c[5]]
       if not r then r = {}; removed[c[5]] = r end
       r[#r + 1] = member
+    end
+    local t = c[4]
+    local k = c[6]
+    local rk = c[10]
+    do
+      budgets[t] = budgets[t] - 1
+      if k then held[k] = held[k] + 1 end
+      if rk then rheld[rk] = rheld[rk] + 1 end
+      local id = string.sub(member, 18)
+      local key = jkey(id)
       -- Read the row once, then write the changes and patch the copy we return.
       local row = redis.call('HGETALL', key)
       local attempts = 1
@@ -511,6 +941,10 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
         redis.call('ZADD', rk, now, id .. ':' .. token)
         redis.call('PEXPIRE', rk, math.ceil(rate[2] * 1000) + 1000)
       end
+      if rk then  -- its (task, rate_limit_key) window
+        redis.call('ZADD', rk, now, id .. ':' .. token)
+        redis.call('PEXPIRE', rk, math.ceil(keyrates[t][2] * 1000) + 1000)
+      end
       claimed[#claimed + 1] = row
     end
   end
@@ -527,6 +961,8 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
     end
   end
   for wk, members in pairs(removed) do call_many('ZREM', wk, members) end
+  put_back_popped()
+  for _, st in ipairs(streams) do fair_write(st) end
   call_many('ZREM', K_EXPIRING, ttl_ids)
   add_active(K_ACTIVE, act)
   move_slots('SADD', slots)
@@ -584,7 +1020,7 @@ local function hand_off(now, q, wks, counts)
       local free = tonumber(r[1])
       local n = redis.call('HINCRBY', key, 'n', 1)
       local group, expired = claim_for(now, worker, free, tonumber(r[2]), r[3] .. '.' .. n,
-        r[4] == '1', cjson.decode(r[5]), {}, {}, {}, counts)
+        r[4] == '1', cjson.decode(r[5]), {}, {}, {}, {}, counts)
       local claimed = group[5]
       if #claimed > 0 or #expired > 0 then
         local inbox = inboxkey(worker)

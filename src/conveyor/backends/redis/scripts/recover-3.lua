@@ -6,7 +6,7 @@
 -- ARGV[1] key prefix; ARGV[2] max stalls
 -- A job that ends failed or cancelled and has dependents (flag dn) resolves
 -- them here (resolve_dependents, lib.lua: their hashes, dep:<id>, blocked,
--- delayed, w:/wt:, done:cancelled, n:<queue>, and wake-ups for those released).
+-- delayed, w:/wt: or fw:/ftk:/fq:, done:cancelled, n:<queue>, and wake-ups for those released).
 -- Each recovered job gives back its (task, concurrency_key) slot (ka: sets).
 -- Returns {requeued jobs}, {failed jobs}, {cancelled jobs}, each job {field, value...}.
 local now = now_time()
@@ -21,7 +21,7 @@ local stalled = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. fmt(now), 'L
 for _, id in ipairs(stalled) do
   local key = jkey(id)
   local f = redis.call('HMGET', key, 'cr', 'a', 'ma', 'st', 'q', 't', 'pr', 'ra', 'ttl', 's', 'dn',
-    'ck')
+    'ck', 'tn')
   if f[10] == 'active' then
     note_slot(slots, f[6], f[12], id)
     local attempts = tonumber(f[2]) or 0
@@ -52,7 +52,7 @@ for _, id in ipairs(stalled) do
         redis.call('HSET', key, 'ex', fmt(ex))
       end
       redis.call('HDEL', key, 'w')
-      enter_waiting(id, q, f[6], f[7], f[8], ex)
+      enter_waiting(id, q, f[6], f[13], f[7], f[8], ex)
       bump(counts, q, 'active', 'waiting')
       woken[q] = true
       requeued[#requeued + 1] = job_row(id)

@@ -4,7 +4,7 @@
 -- KEYS[3] wake        (channel) wake-up notifications
 -- ARGV[1] key prefix; ARGV[2] failed job id; ARGV[3] new job id
 -- Once per dead letter: a job already retried (field rs) creates nothing.
--- The copy keeps its concurrency key (ck) and the job's place in a workflow
+-- The copy keeps its concurrency key (ck), its rate limit key (rk) and the job's place in a workflow
 -- (dp, of, wf), and the jobs
 -- cancelled 'dependency_failed' downstream of it (found through the dependents
 -- sets failed and cancelled jobs keep) go back to blocked, waiting on the
@@ -16,7 +16,7 @@
 local id, new_id = ARGV[2], ARGV[3]
 local key = jkey(id)
 local f = redis.call('HMGET', key, 's', 't', 'q', 'p', 'pr', 'ma', 'to', 'ttl', 'tn', 'm', 'rs',
-  'dp', 'of', 'wf', 'ck')
+  'dp', 'of', 'wf', 'ck', 'rk')
 if not f[1] then return {'missing'} end
 if f[1] ~= 'failed' then return {'state', f[1]} end
 if f[11] then return {'earlier', f[11], job_row(f[11])} end
@@ -29,7 +29,7 @@ if f[4] then redis.call('SET', pkey(new_id), f[4]) end
 local fields = {'t', f[2], 'q', f[3], 's', 'waiting', 'ra', nowtext, 'ca', nowtext,
   'a', 0, 'ma', f[6], 'ro', id}
 local names = {[5] = 'pr', [7] = 'to', [9] = 'tn', [10] = 'm', [12] = 'dp', [13] = 'of',
-  [14] = 'wf', [15] = 'ck'}
+  [14] = 'wf', [15] = 'ck', [16] = 'rk'}
 for i, name in pairs(names) do
   if f[i] then fields[#fields + 1] = name; fields[#fields + 1] = f[i] end
 end
@@ -41,7 +41,7 @@ if f[8] then
 end
 redis.call('HSET', new_key, unpack(fields))
 redis.call('ZADD', KEYS[1], 0, new_id)
-enter_waiting(new_id, f[3], f[2], f[5], now, ex)
+enter_waiting(new_id, f[3], f[2], f[9], f[5], now, ex)
 redis.call('HSET', key, 'rs', new_id)
 local counts = {}
 bump(counts, f[3], nil, 'waiting')

@@ -41,9 +41,9 @@ if states then
     if s == 'waiting' then
       local qs = fq ~= '' and {fq} or redis.call('SMEMBERS', KEYS[2])
       for _, q in ipairs(qs) do
-        for _, t in ipairs(redis.call('SMEMBERS', wtkey(q))) do
-          if ft == '' or ft == t then
-            for _, m in ipairs(redis.call('ZRANGE', wkey(q, t), 0, -1)) do
+        for _, s in ipairs(waiting_sets(q)) do
+          if ft == '' or ft == s[2] then
+            for _, m in ipairs(redis.call('ZRANGE', s[1], 0, -1)) do
               ids[#ids + 1] = string.sub(m, 18)
             end
           end

@@ -81,7 +81,7 @@ local function settle(b)
   local id, token, outcome = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local key = jkey(id)
   local f = redis.call('HMGET', key, 's', 'lt', 'cr', 'q', 't', 'pr', 'ra', 'ttl', 'a', 'dn',
-    'ck')
+    'ck', 'tn')
   if f[1] ~= 'active' or f[2] ~= token then
     refused[#refused + 1] = id
     return
@@ -136,7 +136,7 @@ local function settle(b)
       redis.call('HSET', key, 'ex', fmt(ex))
     end
     redis.call('HDEL', key, 'w')
-    enter_waiting(id, q, t, f[6], f[7], ex)
+    enter_waiting(id, q, t, f[12], f[6], f[7], ex)
     bump(counts, q, 'active', 'waiting')
     woken[q] = true
   end

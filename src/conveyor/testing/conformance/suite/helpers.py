@@ -78,6 +78,7 @@ async def claim(
     rate_limits: dict[str, RateLimit] | None = None,
     circuit_tasks: bool = True,
     key_limits: dict[str, int] | None = None,
+    key_rate_limits: dict[str, RateLimit] | None = None,
 ) -> ClaimResult:
     return await backend.claim_jobs(
         ClaimRequest(
@@ -89,6 +90,7 @@ async def claim(
             rate_limits=rate_limits or {},
             circuit_tasks=circuit_tasks,
             key_limits=key_limits or {},
+            key_rate_limits=key_rate_limits or {},
         )
     )
 

@@ -6,6 +6,7 @@ ties go to the tenant name first (``None`` before every name).
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -14,7 +15,7 @@ from conveyor.backends.base import Backend, Outcome, QueueInfo
 from conveyor.job import Job
 from conveyor.ratelimit import RateLimit
 
-from .helpers import claim, enqueue, new_job, settle_ok
+from .helpers import again_when_late, claim, enqueue, new_job, ran_before, settle_ok
 
 FAIR = "fair"
 
@@ -357,3 +358,67 @@ async def test_fair_turns_are_shared_between_instances(
     assert tenants(await take(second, 1)) == ["b"]
     assert tenants(await take(first, 1)) == ["a"]
     assert tenants(await take(second, 1)) == ["b"]
+
+
+# -- with rate limits per key (key_rate_limits) ---------------------------------
+
+#: Two starts per rate_limit_key per second, for the test that waits for a window.
+KEY_RATES = {"keyed": RateLimit(2, 1.0)}
+#: Two starts per rate_limit_key per minute: windows that stay spent for the test.
+KEY_RATES_HELD = {"keyed": RateLimit(2, 60.0)}
+
+
+@again_when_late
+async def test_fair_skips_a_tenant_whose_rate_key_window_is_spent(backend: Backend) -> None:
+    await make_fair(backend)
+    await backlog(backend, "a", 6, task="keyed", rate_limit_key="k-a")
+    await backlog(backend, "b", 6, start=100)
+    started = await backend.now()
+    taken = await take(backend, 5, key_rate_limits=KEY_RATES)
+    await ran_before(backend, started + 1.0, "the claims inside a's window")
+    # a's window holds its two starts: a is passed over and b is served.
+    assert tenants(taken) == ["a", "b", "a", "b", "b"]
+    await asyncio.sleep(1.1)
+    # The window freed: the rotation goes on from the stored turns (a at pass 2,
+    # b at 3, vtime 2), a taking what its window admits again.
+    resumed = await backend.now()
+    after = await take(backend, 5, key_rate_limits=KEY_RATES)
+    await ran_before(backend, resumed + 1.0, "the claims after the window freed")
+    assert tenants(after) == ["a", "a", "b", "b", "b"]
+
+
+async def test_fair_batch_claim_passes_spent_rate_key_windows(backend: Backend) -> None:
+    await make_fair(backend)
+    await backlog(backend, "a", 6, task="keyed", rate_limit_key="k-a")
+    await backlog(backend, "b", 6, start=100, task="keyed", rate_limit_key="k-b")
+    await backlog(backend, "c", 6, start=200)
+    first = (await claim(backend, [FAIR], limit=8, key_rate_limits=KEY_RATES_HELD)).jobs
+    # a b c a b c, then a's and b's windows are spent: c takes the rest.
+    assert Counter(tenants(first)) == {"a": 2, "b": 2, "c": 4}
+    second = (await claim(backend, [FAIR], limit=8, key_rate_limits=KEY_RATES_HELD)).jobs
+    assert Counter(tenants(second)) == {"c": 2}
+
+
+async def test_fair_tenant_goes_on_with_its_next_rate_key(backend: Backend) -> None:
+    await make_fair(backend)
+    await backlog(backend, "a", 4, task="keyed", rate_limit_key="k-1")
+    await backlog(backend, "a", 2, start=50, task="keyed", rate_limit_key="k-2")
+    await backlog(backend, "b", 6, start=100)
+    taken = await take(backend, 8, key_rate_limits=KEY_RATES_HELD)
+    # a's first claimable job lies past its spent window: a keeps its turns.
+    assert tenants(taken) == ["a", "b", "a", "b", "a", "b", "a", "b"]
+    assert [j.rate_limit_key for j in taken if j.tenant == "a"] == ["k-1", "k-1", "k-2", "k-2"]
+    assert tenants(await take(backend, 3, key_rate_limits=KEY_RATES_HELD)) == ["b", "b"]
+
+
+async def test_fair_and_plain_queue_pass_spent_rate_key_windows(backend: Backend) -> None:
+    await make_fair(backend)
+    await backlog(backend, "a", 4, task="keyed", rate_limit_key="k-a")
+    await backlog(backend, "b", 2, start=100)
+    await enqueue(backend, *(new_job("keyed", "side", rate_limit_key="k-s") for _ in range(4)))
+    got = (await claim(backend, [FAIR, "side"], limit=20, key_rate_limits=KEY_RATES_HELD)).jobs
+    assert Counter((job.queue, job.tenant, job.rate_limit_key) for job in got) == {
+        (FAIR, "a", "k-a"): 2,
+        (FAIR, "b", None): 2,
+        ("side", None, "k-s"): 2,
+    }
