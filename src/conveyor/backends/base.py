@@ -114,8 +114,10 @@ from conveyor.backends.records import (
     CircuitInfo,
     CircuitState,
     JobStat,
+    KeyCount,
     MisfirePolicy,
     QueueInfo,
+    RateKeyUse,
     ScheduleRecord,
     ScheduleSpec,
     TenantCount,
@@ -123,6 +125,7 @@ from conveyor.backends.records import (
     fit_buckets,
 )
 from conveyor.job import Job
+from conveyor.ratelimit import RateLimit
 
 # The contract's records live in records.py and its operations' inputs and
 # outputs in operations.py; importing them from here keeps one place to import
@@ -139,11 +142,13 @@ __all__ = [
     "Handoff",
     "JobFilter",
     "JobStat",
+    "KeyCount",
     "MisfirePolicy",
     "NewJob",
     "Outcome",
     "PruneRule",
     "QueueInfo",
+    "RateKeyUse",
     "RenewResult",
     "ScheduleRecord",
     "ScheduleSpec",
@@ -320,6 +325,27 @@ class Backend(abc.ABC):
         and its ``active`` jobs; tenants with neither are left out. The ``limit``
         tenants with most waiting come first (ties: most active, then tenant
         name, ``None`` first)."""
+
+    @abc.abstractmethod
+    async def key_counts(self, tasks: Sequence[str], limit: int = 100) -> list[KeyCount]:
+        """Per ``(task, concurrency_key)`` group (``None`` key: the task's keyless
+        group), its ``active`` jobs and, for a task in ``tasks`` (the key-capped
+        ones), its ``waiting`` jobs (``None`` for the other tasks). Groups: every
+        group of a task in ``tasks`` with an active or waiting job, and every
+        keyed group with an active job. The ``limit`` groups with most active come
+        first (ties: most waiting, then task, then key, ``None`` first). A read for
+        the surfaces: active jobs from the store's active-key index, waiting ones
+        from one pass over the waiting jobs of ``tasks``."""
+
+    @abc.abstractmethod
+    async def rate_key_usage(
+        self, rates: Mapping[str, RateLimit], limit: int = 100
+    ) -> list[RateKeyUse]:
+        """Per ``(task, rate_limit_key)`` window of a task in ``rates`` (the
+        ``ClaimRequest.key_rate_limits`` the workers pass), its starts in
+        ``(now - period, now]`` on the store's clock; windows without a start left
+        out; the ``limit`` with most starts first (ties: task, then key, ``None``
+        first). A read for the surfaces; it never trims the window log."""
 
     # -- circuits ----------------------------------------------------------
     @abc.abstractmethod

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -78,6 +78,55 @@ class TenantCount:
 
     def to_dict(self) -> dict[str, Any]:
         return {"tenant": self.tenant, "waiting": self.waiting, "active": self.active}
+
+
+@dataclass(slots=True, frozen=True)
+class KeyCount:
+    """Jobs of one ``(task, concurrency_key)`` group (``Backend.key_counts``);
+    ``key`` ``None`` is the task's keyless group."""
+
+    task: str
+    key: str | None
+    active: int
+    waiting: int | None
+    """``waiting`` jobs (not delayed); ``None`` for a task not asked about (its
+    keys hold nothing back, so its waiting jobs are not counted)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "key": self.key, "active": self.active, "waiting": self.waiting}
+
+
+@dataclass(slots=True, frozen=True)
+class RateKeyUse:
+    """Starts in the current window of one ``(task, rate_limit_key)``
+    (``Backend.rate_key_usage``); ``key`` ``None`` is the keyless window."""
+
+    task: str
+    key: str | None
+    used: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "key": self.key, "used": self.used}
+
+
+def rank_key_counts(counts: Iterable[KeyCount], limit: int) -> list[KeyCount]:
+    """``Backend.key_counts``' order: most active, then most waiting, then task
+    and key (bytewise, ``None`` first); the first ``limit``."""
+    ranked = sorted(
+        counts,
+        key=lambda c: (-c.active, -(c.waiting or 0), c.task, c.key is not None, c.key or ""),
+    )
+    return ranked[: max(0, limit)]
+
+
+def rank_rate_key_uses(uses: Iterable[RateKeyUse], limit: int) -> list[RateKeyUse]:
+    """``Backend.rate_key_usage``' order: most starts, then task and key
+    (``None`` first); windows without a start left out; the first ``limit``."""
+    ranked = sorted(
+        (u for u in uses if u.used > 0),
+        key=lambda u: (-u.used, u.task, u.key is not None, u.key or ""),
+    )
+    return ranked[: max(0, limit)]
 
 
 @dataclass(slots=True)

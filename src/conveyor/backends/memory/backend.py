@@ -21,9 +21,11 @@ from conveyor.backends.base import (
     ClaimResult,
     JobFilter,
     JobStat,
+    KeyCount,
     NewJob,
     PruneRule,
     QueueInfo,
+    RateKeyUse,
     RenewResult,
     ScheduleRecord,
     ScheduleSpec,
@@ -46,6 +48,7 @@ from conveyor.backends.memory import stats as job_stats
 from conveyor.backends.memory.store import Store, store_for
 from conveyor.errors import BackendUnavailable
 from conveyor.job import Job
+from conveyor.ratelimit import RateLimit
 from conveyor.settings import Settings
 
 _P = ParamSpec("_P")
@@ -166,6 +169,14 @@ class MemoryBackend(Backend):
 
     async def tenant_counts(self, queue: str, limit: int = 100) -> list[TenantCount]:
         return self._locked(reads.tenant_counts, queue, limit)
+
+    async def key_counts(self, tasks: Sequence[str], limit: int = 100) -> list[KeyCount]:
+        return self._locked(reads.key_counts, list(tasks), limit)
+
+    async def rate_key_usage(
+        self, rates: Mapping[str, RateLimit], limit: int = 100
+    ) -> list[RateKeyUse]:
+        return self._locked(reads.rate_key_usage, dict(rates), limit)
 
     # -- circuits ----------------------------------------------------------
     async def list_circuits(self) -> list[CircuitInfo]:

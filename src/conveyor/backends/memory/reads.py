@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from conveyor.backends.base import JobFilter, QueueInfo, TenantCount
+from conveyor.backends.base import JobFilter, KeyCount, QueueInfo, RateKeyUse, TenantCount
 from conveyor.backends.fairness import rank_tenant_counts
 from conveyor.backends.memory.store import Row, Store, to_job
+from conveyor.backends.records import rank_key_counts, rank_rate_key_uses
 from conveyor.job import Job, JobState
+from conveyor.ratelimit import RateLimit
 
 
 def _matches(row: Row, where: JobFilter) -> bool:
@@ -107,3 +109,34 @@ def tenant_counts(store: Store, queue: str, limit: int) -> list[TenantCount]:
                 counter[row.tenant] += 1
     counts = (TenantCount(t, waiting[t], active[t]) for t in waiting.keys() | active.keys())
     return rank_tenant_counts(counts, limit)
+
+
+def key_counts(store: Store, tasks: Sequence[str], limit: int) -> list[KeyCount]:
+    """Active jobs from the active set, waiting ones from the waiting set."""
+    asked = set(tasks)
+    active: Counter[tuple[str, str | None]] = Counter()
+    waiting: Counter[tuple[str, str | None]] = Counter()
+    for job_id in store.by_state[JobState.ACTIVE]:
+        row = store.jobs[job_id]
+        if row.task in asked or row.concurrency_key is not None:
+            active[(row.task, row.concurrency_key)] += 1
+    for job_id in store.by_state[JobState.WAITING]:
+        row = store.jobs[job_id]
+        if row.task in asked:
+            waiting[(row.task, row.concurrency_key)] += 1
+    counts = (
+        KeyCount(task, key, active[(task, key)], waiting[(task, key)] if task in asked else None)
+        for task, key in active.keys() | waiting.keys()
+    )
+    return rank_key_counts(counts, limit)
+
+
+def rate_key_usage(store: Store, rates: Mapping[str, RateLimit], limit: int) -> list[RateKeyUse]:
+    """Starts per window from the claim's logs, counted without trimming them."""
+    now = store.now()
+    uses = (
+        RateKeyUse(task, key, sum(1 for at in log.starts if at > now - rates[task].period))
+        for (task, key), log in store.key_rates.items()
+        if task in rates
+    )
+    return rank_rate_key_uses(uses, limit)

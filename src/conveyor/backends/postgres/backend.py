@@ -41,6 +41,7 @@ from conveyor.backends.postgres.transactional import run_enqueue_on
 from conveyor.backends.postgres.url import PostgresOptions, parse_url
 from conveyor.backends.schedulechange import ScheduleChange, UpdateScheduleByChange
 from conveyor.job import Job
+from conveyor.ratelimit import RateLimit
 from conveyor.settings import Settings
 
 logger = logging.getLogger("conveyor.backends.postgres")
@@ -214,6 +215,14 @@ class PostgresBackend(UpdateScheduleByChange, base.Backend):
 
     async def tenant_counts(self, queue: str, limit: int = 100) -> list[base.TenantCount]:
         return await reads.tenant_counts(self.pool, self.q, queue, limit)
+
+    async def key_counts(self, tasks: Sequence[str], limit: int = 100) -> list[base.KeyCount]:
+        return await reads.key_counts(self.pool, self.q, tasks, limit)
+
+    async def rate_key_usage(
+        self, rates: Mapping[str, RateLimit], limit: int = 100
+    ) -> list[base.RateKeyUse]:
+        return await reads.rate_key_usage(self.pool, self.q, rates, limit)
 
     # -- circuits ------------------------------------------------------------
 

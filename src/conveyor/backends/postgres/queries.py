@@ -87,6 +87,8 @@ class Queries:
     prune_rate_key_starts: LiteralString
     configure_queue: LiteralString
     tenant_counts: LiteralString
+    key_counts: LiteralString
+    rate_key_usage: LiteralString
     set_queue_paused: LiteralString
     undispatch_queue: LiteralString
     queue_names_with_jobs: LiteralString

@@ -715,3 +715,42 @@ SELECT count(*) FROM d;
 
 -- name: ping
 SELECT 1;
+
+-- name: key_counts
+-- Active and waiting jobs per (task, concurrency_key): most active first
+-- (ties: most waiting, task, key bytewise with NULL first), $2 groups. Keyed
+-- active jobs from jobs_key_active, the keyless active jobs of the tasks $1
+-- from jobs_lease, the waiting jobs of $1 from one pass over jobs_claim's rows
+-- (no index keys waiting jobs by concurrency key).
+SELECT c.task, c.concurrency_key, sum(c.active)::integer AS active,
+       sum(c.waiting)::integer AS waiting
+FROM (
+    SELECT j.task, j.concurrency_key, count(*) AS active, 0 AS waiting
+    FROM __schema__.jobs AS j
+    WHERE j.state = 'active' AND j.concurrency_key IS NOT NULL
+    GROUP BY j.task, j.concurrency_key
+    UNION ALL
+    SELECT j.task, NULL, count(*), 0 FROM __schema__.jobs AS j
+    WHERE j.state = 'active' AND j.concurrency_key IS NULL AND j.task = ANY($1::text[])
+    GROUP BY j.task
+    UNION ALL
+    SELECT j.task, j.concurrency_key, 0, count(*) FROM __schema__.jobs AS j
+    WHERE j.state = 'waiting' AND j.task = ANY($1::text[])
+    GROUP BY j.task, j.concurrency_key
+) AS c
+GROUP BY c.task, c.concurrency_key
+ORDER BY active DESC, waiting DESC, c.task COLLATE "C", c.concurrency_key COLLATE "C" NULLS FIRST
+LIMIT $2::integer;
+
+-- name: rate_key_usage
+-- Starts per (task, rate_key) window in (now - period, now] on the server's
+-- clock (the claim's), for the tasks $1 with periods $2: most starts first
+-- (ties: task, key bytewise with NULL first), $3 windows. Each task's log read
+-- through rate_key_starts_window, never trimmed here.
+SELECT s.task, s.rate_key, sum(s.n)::integer AS used
+FROM __schema__.rate_key_starts AS s
+JOIN unnest($1::text[], $2::float8[]) AS r(task, period) ON s.task = r.task
+WHERE s.at > extract(epoch FROM clock_timestamp())::float8 - r.period
+GROUP BY s.task, s.rate_key
+ORDER BY used DESC, s.task COLLATE "C", s.rate_key COLLATE "C" NULLS FIRST
+LIMIT $3::integer;

@@ -4,14 +4,15 @@ themselves; one statement each (two for the queue views, on one connection)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conveyor.backends.base import JobFilter, QueueInfo, TenantCount
+from conveyor.backends.base import JobFilter, KeyCount, QueueInfo, RateKeyUse, TenantCount
 from conveyor.backends.postgres.connection import Pool
 from conveyor.backends.postgres.decode import job_from_row
 from conveyor.backends.postgres.queries import Queries
 from conveyor.job import Job, JobState
+from conveyor.ratelimit import RateLimit
 
 
 def filter_args(where: JobFilter) -> tuple[Any, ...]:
@@ -90,3 +91,21 @@ async def list_queues(pool: Pool, q: Queries) -> list[QueueInfo]:
 async def tenant_counts(pool: Pool, q: Queries, queue: str, limit: int) -> list[TenantCount]:
     rows = await pool.fetch("tenant counts", q.tenant_counts, queue, max(0, limit))
     return [TenantCount(tenant, waiting, active) for tenant, waiting, active in rows]
+
+
+async def key_counts(pool: Pool, q: Queries, tasks: Sequence[str], limit: int) -> list[KeyCount]:
+    asked = set(tasks)
+    rows = await pool.fetch("key counts", q.key_counts, sorted(asked), max(0, limit))
+    return [
+        KeyCount(task, key, active, waiting if task in asked else None)
+        for task, key, active, waiting in rows
+    ]
+
+
+async def rate_key_usage(
+    pool: Pool, q: Queries, rates: Mapping[str, RateLimit], limit: int
+) -> list[RateKeyUse]:
+    tasks = list(rates)
+    periods = [rates[task].period for task in tasks]
+    rows = await pool.fetch("rate key usage", q.rate_key_usage, tasks, periods, max(0, limit))
+    return [RateKeyUse(task, key, used) for task, key, used in rows]

@@ -26,6 +26,7 @@ from conveyor.backends.redis import (
     admin,
     claim,
     enqueue,
+    flow,
     maintenance,
     reads,
     schedules,
@@ -37,6 +38,7 @@ from conveyor.backends.redis.handoff import Handoffs
 from conveyor.backends.redis.keys import Keys
 from conveyor.backends.redis.url import RedisOptions, parse_url
 from conveyor.job import Job
+from conveyor.ratelimit import RateLimit
 from conveyor.settings import Settings
 
 
@@ -141,6 +143,14 @@ class RedisBackend(base.Backend):
 
     async def tenant_counts(self, queue: str, limit: int = 100) -> list[base.TenantCount]:
         return await reads.tenant_counts(self._conn, queue, limit)
+
+    async def key_counts(self, tasks: Sequence[str], limit: int = 100) -> list[base.KeyCount]:
+        return await flow.key_counts(self._conn, tasks, limit)
+
+    async def rate_key_usage(
+        self, rates: Mapping[str, RateLimit], limit: int = 100
+    ) -> list[base.RateKeyUse]:
+        return await flow.rate_key_usage(self._conn, rates, limit)
 
     # -- admin ---------------------------------------------------------------------
     async def cancel_job(self, job_id: str) -> Job | None:

@@ -43,6 +43,7 @@ from conveyor.backends.sqlite.migrate import LATEST, migrate, user_version
 from conveyor.backends.sqlite.queries import P
 from conveyor.backends.sqlite.url import SQLiteOptions, parse_url
 from conveyor.job import Job
+from conveyor.ratelimit import RateLimit
 from conveyor.settings import Settings
 
 logger = logging.getLogger("conveyor.backends.sqlite")
@@ -220,6 +221,14 @@ class SQLiteBackend(UpdateScheduleByChange, base.Backend):
 
     async def tenant_counts(self, queue: str, limit: int = 100) -> list[base.TenantCount]:
         return await self._reader.read(reads.tenant_counts, queue, limit)
+
+    async def key_counts(self, tasks: Sequence[str], limit: int = 100) -> list[base.KeyCount]:
+        return await self._reader.read(reads.key_counts, list(tasks), limit)
+
+    async def rate_key_usage(
+        self, rates: Mapping[str, RateLimit], limit: int = 100
+    ) -> list[base.RateKeyUse]:
+        return await self._reader.read(reads.rate_key_usage, dict(rates), limit)
 
     # -- circuits ------------------------------------------------------------
 

@@ -146,6 +146,8 @@ class Queries:
     # queues, circuits, heartbeats
     configure_queue: LiteralString
     tenant_counts: LiteralString
+    key_counts: LiteralString
+    rate_key_usage: LiteralString
     set_queue_paused: LiteralString
     undispatch_queue: LiteralString
     list_circuits: LiteralString

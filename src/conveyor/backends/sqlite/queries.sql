@@ -1175,3 +1175,44 @@ WHERE last_seen < :before;
 -- name: ping
 -- A round trip that reads nothing.
 SELECT 1;
+
+-- name: key_counts
+-- Active and waiting jobs per (task, concurrency_key), most active first
+-- (ties: most waiting, task, key with NULL first), :limit groups. Keyed active
+-- jobs from jobs_key_active (index-only), the keyless active jobs of the
+-- :tasks (JSON array) from jobs_lease, waiting jobs of :tasks from one pass
+-- over the waiting rows (no index keys them by concurrency key). Tables: jobs.
+SELECT task, concurrency_key, sum(active) AS active, sum(waiting) AS waiting
+FROM (
+    SELECT task, concurrency_key, count(*) AS active, 0 AS waiting
+    FROM jobs INDEXED BY jobs_key_active
+    WHERE state = 'active' AND concurrency_key IS NOT NULL
+    GROUP BY task, concurrency_key
+    UNION ALL
+    SELECT task, NULL, count(*), 0
+    FROM jobs INDEXED BY jobs_lease
+    WHERE state = 'active' AND concurrency_key IS NULL
+      AND task IN (SELECT value FROM json_each(:tasks))
+    GROUP BY task
+    UNION ALL
+    SELECT task, concurrency_key, 0, count(*)
+    FROM jobs INDEXED BY jobs_claim
+    WHERE state = 'waiting' AND task IN (SELECT value FROM json_each(:tasks))
+    GROUP BY task, concurrency_key)
+GROUP BY task, concurrency_key
+ORDER BY sum(active) DESC, sum(waiting) DESC, task, concurrency_key
+LIMIT :limit;
+
+-- name: rate_key_usage
+-- Starts per (task, rate_key) window in (:now - period, :now], for the tasks
+-- and periods of :rates (JSON array of [task, period]), most starts first
+-- (ties: task, key with NULL first), :limit windows. Reads the log of each
+-- task through rate_key_starts_window, never trims it. Tables: rate_key_starts.
+SELECT s.task, s.rate_key, sum(s.n) AS used
+FROM rate_key_starts AS s
+JOIN (SELECT json_extract(value, '$[0]') AS task, json_extract(value, '$[1]') AS period
+      FROM json_each(:rates)) AS r ON s.task = r.task
+WHERE s.at > :now - r.period
+GROUP BY s.task, s.rate_key
+ORDER BY used DESC, s.task, s.rate_key
+LIMIT :limit;

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conveyor.backends.base import JobFilter, QueueInfo, TenantCount
+from conveyor.backends.base import JobFilter, KeyCount, QueueInfo, RateKeyUse, TenantCount
 from conveyor.backends.sqlite.decode import job_from_row
-from conveyor.backends.sqlite.queries import Q
+from conveyor.backends.sqlite.queries import Q, json_param
 from conveyor.job import Job, JobState
+from conveyor.ratelimit import RateLimit
 from conveyor.serialization import dumps_str, loads
 
 _RARE_FINISHED = frozenset({JobState.FAILED, JobState.CANCELLED})
@@ -136,3 +137,24 @@ def tenant_counts(conn: sqlite3.Connection, queue: str, limit: int) -> list[Tena
 
 def ping(conn: sqlite3.Connection) -> None:
     conn.execute(Q.ping).fetchone()
+
+
+def key_counts(conn: sqlite3.Connection, tasks: Sequence[str], limit: int) -> list[KeyCount]:
+    asked = set(tasks)
+    rows = conn.execute(Q.key_counts, {"tasks": json_param(list(asked)), "limit": max(0, limit)})
+    return [
+        KeyCount(task, key, int(active), int(waiting) if task in asked else None)
+        for task, key, active, waiting in rows
+    ]
+
+
+def rate_key_usage(
+    conn: sqlite3.Connection, rates: Mapping[str, RateLimit], limit: int
+) -> list[RateKeyUse]:
+    # The claim's clock (claim.py stamps starts with time.time()).
+    pairs = json_param([[task, rate.period] for task, rate in rates.items()])
+    params = {"rates": pairs, "now": time.time(), "limit": max(0, limit)}
+    return [
+        RateKeyUse(task, key, int(used))
+        for task, key, used in conn.execute(Q.rate_key_usage, params)
+    ]
