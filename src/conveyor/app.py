@@ -11,9 +11,19 @@ from conveyor.dlq import DeadLetters
 from conveyor.errors import JobNotFound, UnknownTask
 from conveyor.events import Callback, EventBus
 from conveyor.filters import job_filter
-from conveyor.flow import TENANTS_SHOWN, KeyUsage, key_usage, tenant_usage
+from conveyor.flow import (
+    KEYS_SHOWN,
+    RATE_KEYS_SHOWN,
+    TENANTS_SHOWN,
+    KeyUsage,
+    RateUsage,
+    key_usage,
+    rate_usage,
+    tenant_usage,
+)
 from conveyor.job import FailureReason, Job, JobState
 from conveyor.queueoptions import queue_info
+from conveyor.ratelimit import RateLimit
 from conveyor.retry import Backoff
 from conveyor.runtime import EnqueueItem, Runtime
 from conveyor.scheduler.admin import Schedules
@@ -280,15 +290,29 @@ class Conveyor:
         backend = await self.connect()
         return await backend.queue_counts()
 
-    async def key_usage(self) -> list[KeyUsage]:
-        """Running jobs per concurrency key: of this app's key-capped tasks (with
-        their caps) and of any active job that carries a key."""
+    async def key_usage(self, limit: int = KEYS_SHOWN) -> list[KeyUsage]:
+        """Running jobs per concurrency key, and waiting ones for the key-capped
+        tasks: of this app's key-capped tasks (with their caps) and of any active
+        job that carries a key; the ``limit`` busiest first."""
         caps = {
             name: task.options.key_concurrency
             for name, task in self.tasks.items()
             if task.options.key_concurrency
         }
-        return await key_usage(await self.connect(), caps)
+        return await key_usage(await self.connect(), caps, limit)
+
+    def key_rate_limits(self) -> dict[str, RateLimit]:
+        """The rate limits of this app's tasks that count per ``rate_limit_key``."""
+        return {
+            name: task.options.rate_limit
+            for name, task in self.tasks.items()
+            if task.options.rate_limit is not None and task.options.rate_limit_key is not None
+        }
+
+    async def rate_usage(self, limit: int = RATE_KEYS_SHOWN) -> list[RateUsage]:
+        """Starts in the current window per rate-limit key of this app's tasks
+        limited per key, against their limits; the ``limit`` fullest first."""
+        return await rate_usage(await self.connect(), self.key_rate_limits(), limit)
 
     async def queues(self) -> list[QueueInfo]:
         backend = await self.connect()

@@ -15,6 +15,8 @@ from conveyor import JobState
 from conveyor.backends.base import ClaimRequest
 from conveyor.context import JobContext
 from conveyor.errors import ConcurrencyKeyError
+from conveyor.flow import KeyUsage, RateUsage
+from conveyor.ratelimit import RateLimit
 from conveyor.task import Handler
 
 
@@ -196,9 +198,39 @@ async def test_key_usage_shows_running_jobs_per_key(stack: Stack) -> None:
     assert len(claimed.jobs) == 4
     usage = [row.to_dict() for row in await app.key_usage()]
     assert usage == [
-        {"task": "capped", "key": "a", "running": 2, "cap": 2},
-        {"task": "capped", "key": None, "running": 1, "cap": 2},
-        {"task": "capped", "key": "b", "running": 1, "cap": 2},
+        {"task": "capped", "key": "a", "running": 2, "waiting": 1, "cap": 2},
+        {"task": "capped", "key": None, "running": 1, "waiting": 0, "cap": 2},
+        {"task": "capped", "key": "b", "running": 1, "waiting": 0, "cap": 2},
+    ]
+    assert await app.key_usage(limit=1) == [KeyUsage("capped", "a", 2, 2, 1)]
+
+
+async def test_rate_usage_shows_starts_per_key_against_the_limit(stack: Stack) -> None:
+    app = stack.app()
+
+    @app.task("call", rate_limit="2/m", rate_limit_key="tenant")
+    async def call(ctx: JobContext) -> None: ...
+
+    @app.task("plain", rate_limit="5/m")
+    async def plain(ctx: JobContext) -> None: ...
+
+    assert app.key_rate_limits() == {"call": RateLimit(2, 60.0)}
+    for tenant in ("a", "a", "a", "b"):
+        await app.enqueue("call", tenant=tenant)
+    backend = await app.connect()
+    claimed = await backend.claim_jobs(
+        ClaimRequest(
+            worker_id="w",
+            queues=["default"],
+            limit=10,
+            lease=30,
+            key_rate_limits=app.key_rate_limits(),
+        )
+    )
+    assert len(claimed.jobs) == 3  # a's window took 2 of its 3 jobs
+    assert await app.rate_usage() == [
+        RateUsage("call", "a", 2, 2, 60.0),
+        RateUsage("call", "b", 1, 2, 60.0),
     ]
 
 

@@ -6,6 +6,7 @@ import httpx
 
 from conveyor.app import Conveyor
 from conveyor.backends.base import ClaimRequest, WorkerInfo
+from conveyor.context import JobContext
 
 from .conftest import ADMIN, READ, Serve, auth
 
@@ -126,6 +127,43 @@ async def test_queues_list_running_jobs_per_concurrency_key(serve: Serve) -> Non
     await backend.claim_jobs(ClaimRequest(worker_id="w", queues=["default"], limit=10, lease=30))
     body = (await client.get("/api/v1/queues", headers=auth(READ))).json()
     assert body["keys"] == [
-        {"task": "add", "key": "acct-1", "running": 2, "cap": None},
-        {"task": "add", "key": "acct-2", "running": 1, "cap": None},
+        {"task": "add", "key": "acct-1", "running": 2, "waiting": None, "cap": None},
+        {"task": "add", "key": "acct-2", "running": 1, "waiting": None, "cap": None},
+    ]
+    assert body["rates"] == []
+
+
+async def test_queues_list_waiting_per_key_and_rate_windows(serve: Serve) -> None:
+    app, client = await serve()
+
+    @app.task("sync", key_concurrency=1, concurrency_key="tenant")
+    async def sync(ctx: JobContext) -> None: ...
+
+    @app.task("call", rate_limit="2/m", rate_limit_key="tenant")
+    async def call(ctx: JobContext) -> None: ...
+
+    for tenant in ("t-1", "t-1", "t-1", "t-2"):
+        await app.enqueue("sync", tenant=tenant)
+    for tenant in ("t-1", "t-1", "t-1", "t-2"):
+        await app.enqueue("call", tenant=tenant)
+    backend = await app.connect()
+    await backend.claim_jobs(
+        ClaimRequest(
+            worker_id="w",
+            queues=["default"],
+            limit=10,
+            lease=30,
+            key_limits={"sync": 1},
+            key_rate_limits=app.key_rate_limits(),
+        )
+    )
+    body = (await client.get("/api/v1/queues", headers=auth(READ))).json()
+    running = [k for k in body["keys"] if k["task"] == "sync"]
+    assert running == [
+        {"task": "sync", "key": "t-1", "running": 1, "waiting": 2, "cap": 1},
+        {"task": "sync", "key": "t-2", "running": 1, "waiting": 0, "cap": 1},
+    ]
+    assert body["rates"] == [
+        {"task": "call", "key": "t-1", "used": 2, "limit": 2, "period": 60.0},
+        {"task": "call", "key": "t-2", "used": 1, "limit": 2, "period": 60.0},
     ]

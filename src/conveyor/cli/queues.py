@@ -20,7 +20,7 @@ from conveyor.cli.common import (
     run,
 )
 from conveyor.durations import format_duration
-from conveyor.flow import KeyUsage
+from conveyor.flow import KeyUsage, RateUsage
 from conveyor.job import JobState
 
 
@@ -73,7 +73,7 @@ def queues_group(ctx: click.Context, as_json: bool) -> None:
     """Counts per queue and state; pause and resume queues."""
     if ctx.invoked_subcommand is not None:
         return
-    rows, keys = run(_queues_and_keys)
+    rows, keys, rates = run(_queues_and_flow)
     if as_json:
         print_json(rows)
         return
@@ -109,6 +109,7 @@ def queues_group(ctx: click.Context, as_json: bool) -> None:
     for error in sorted(errors):
         out.print(f"[yellow]{escape(error)}[/]")
     _print_keys(out, keys)
+    _print_rates(out, rates)
     _print_tenants(out, rows)
 
 
@@ -138,23 +139,45 @@ def _print_tenants(out: Console, rows: list[dict[str, Any]]) -> None:
         out.print(table)
 
 
-async def _queues_and_keys(app: Conveyor) -> tuple[list[dict[str, Any]], list[KeyUsage]]:
-    return await queue_rows(app), await app.key_usage()
+async def _queues_and_flow(
+    app: Conveyor,
+) -> tuple[list[dict[str, Any]], list[KeyUsage], list[RateUsage]]:
+    return await queue_rows(app), await app.key_usage(), await app.rate_usage()
 
 
 def _print_keys(out: Console, keys: list[KeyUsage]) -> None:
-    """Running jobs per concurrency key, when any task is key-capped or running keyed."""
+    """Running (and waiting) jobs per concurrency key, when any task is
+    key-capped or running keyed."""
     if not keys:
         return
-    table = Table(title="running per concurrency key")
+    table = Table(title="jobs per concurrency key")
     table.add_column("task", no_wrap=True)
     table.add_column("key")
     table.add_column("running", justify="right")
+    table.add_column("waiting", justify="right")
     table.add_column("cap", justify="right")
     for row in keys:
         key = escape(row.key) if row.key is not None else "[dim](no key)[/]"
         cap = str(row.cap) if row.cap is not None else "-"
-        table.add_row(escape(row.task), key, str(row.running), cap)
+        waiting = str(row.waiting) if row.waiting is not None else "-"
+        table.add_row(escape(row.task), key, str(row.running), waiting, cap)
+    out.print(table)
+
+
+def _print_rates(out: Console, rates: list[RateUsage]) -> None:
+    """Starts in the current window per rate-limit key, against the limit."""
+    if not rates:
+        return
+    table = Table(title="starts per rate-limit key (current window)")
+    table.add_column("task", no_wrap=True)
+    table.add_column("key")
+    table.add_column("used", justify="right")
+    table.add_column("limit", justify="right")
+    table.add_column("per", justify="right")
+    for row in rates:
+        key = escape(row.key) if row.key is not None else "[dim](no key)[/]"
+        used = f"[bold red]{row.used}[/]" if row.used >= row.limit else str(row.used)
+        table.add_row(escape(row.task), key, used, str(row.limit), format_duration(row.period))
     out.print(table)
 
 
@@ -162,7 +185,7 @@ def _print_keys(out: Console, keys: list[KeyUsage]) -> None:
 @json_option
 @backend_options
 def queue_keys(as_json: bool) -> None:
-    """Running jobs per concurrency key (key_concurrency), busiest first."""
+    """Running and waiting jobs per concurrency key (key_concurrency), busiest first."""
 
     async def go(app: Conveyor) -> list[KeyUsage]:
         return await app.key_usage()
@@ -172,9 +195,28 @@ def queue_keys(as_json: bool) -> None:
         print_json([row.to_dict() for row in keys])
         return
     if not keys:
-        console().print("no job with a concurrency key is running")
+        console().print("no job with a concurrency key is running or waiting")
         return
     _print_keys(console(), keys)
+
+
+@queues_group.command("rates")
+@json_option
+@backend_options
+def queue_rates(as_json: bool) -> None:
+    """Starts in the current window per rate_limit_key, fullest first."""
+
+    async def go(app: Conveyor) -> list[RateUsage]:
+        return await app.rate_usage()
+
+    rates = run(go)
+    if as_json:
+        print_json([row.to_dict() for row in rates])
+        return
+    if not rates:
+        console().print("no rate-limit key has a start in its current window")
+        return
+    _print_rates(console(), rates)
 
 
 def _broker_cell(row: dict[str, Any]) -> str:

@@ -33,8 +33,9 @@ async def _queues(app: Conveyor) -> list[dict[str, Any]]:
 
 async def list_queues(request: Request) -> Response:
     app = app_of(request)
-    usage = [row.to_dict() for row in await app.key_usage()]
-    return json_response({"queues": await _queues(app), "keys": usage})
+    keys = [row.to_dict() for row in await app.key_usage()]
+    rates = [row.to_dict() for row in await app.rate_usage()]
+    return json_response({"queues": await _queues(app), "keys": keys, "rates": rates})
 
 
 async def _one(app: Conveyor, name: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from conveyor.durations import parse_duration
-from conveyor.flow import TENANTS_SHOWN
+from conveyor.flow import KEYS_SHOWN, RATE_KEYS_SHOWN, TENANTS_SHOWN
 from conveyor.server.dashboard import views, workflow_view
 from conveyor.server.dashboard.guard import PageHandler, error_page
 from conveyor.server.dashboard.render import href, local, render
@@ -109,6 +109,9 @@ async def _queues(state: ServerState, params: Params) -> Context:
     now, rows = await views.queue_rows(state.app)
     context: Context = {"nav": "queues", "now": now, "queues": rows, "states": views.STATES}
     context["keys"] = await state.app.key_usage()
+    context["keys_shown"] = KEYS_SHOWN
+    context["rates"] = await state.app.rate_usage()
+    context["rates_shown"] = RATE_KEYS_SHOWN
     context["tenants"] = await state.app.tenant_usage()
     context["tenants_shown"] = TENANTS_SHOWN
     if state.broker is not None:  # RabbitMQ dispatch: the broker's depths beside the store's

@@ -297,7 +297,7 @@ def path_items() -> dict[str, Any]:
         },
         "/api/v1/queues": {
             "get": _op(
-                "Queues: settings and counts per state",
+                "Queues: counts per state, jobs per concurrency key, starts per rate key",
                 Scope.READ,
                 {**_ok(ref("QueueList")), **_errors(*_READ_ERRORS)},
                 tag="queues",

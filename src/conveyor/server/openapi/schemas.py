@@ -115,13 +115,16 @@ def component_schemas() -> dict[str, Any]:
             "QueueList": _obj(
                 queues={"type": "array", "items": ref("Queue")},
                 keys={"type": "array", "items": ref("KeyUsage")},
+                rates={"type": "array", "items": ref("RateUsage")},
             ),
             "KeyUsage": _obj(
                 task=_STR,
                 key=_STR_OR_NULL,
                 running=_INT,
+                waiting={"type": ["integer", "null"]},
                 cap={"type": ["integer", "null"]},
             ),
+            "RateUsage": _obj(task=_STR, key=_STR_OR_NULL, used=_INT, limit=_INT, period=_NUM),
             "Worker": worker,
             "WorkerList": _obj(workers={"type": "array", "items": ref("Worker")}),
             "Circuit": circuit,
