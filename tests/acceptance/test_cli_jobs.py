@@ -443,12 +443,37 @@ def test_queues_show_running_jobs_per_concurrency_key(cli: Cli, tmp_path: Path) 
         return synced if synced and synced[0]["running"] == 1 else []
 
     (row,) = wait_until(one_running)
-    assert row == {"task": "crm.sync", "key": "a-1", "running": 1, "cap": 1}
+    assert row == {"task": "crm.sync", "key": "a-1", "running": 1, "waiting": 1, "cap": 1}
     shown = cli.run("queues", "--app", APP).stdout
-    assert "running per concurrency key" in shown
+    assert "jobs per concurrency key" in shown
     assert "a-1" in shown
     # The cap held: the second job of the key still waits while the first runs.
     waiting = [j for j in cli.json("jobs", "list", "--state", "waiting") if j["task"] == "crm.sync"]
+    assert len(waiting) == 1
+
+
+@pytest.mark.slow
+def test_queues_rates_show_starts_per_rate_limit_key(cli: Cli, tmp_path: Path) -> None:
+    for api in ("maps", "maps", "maps", "mail"):
+        cli.enqueue("api.call", {"api": api}, "--app", APP)
+    assert cli.json("queues", "rates", "--app", APP) == []
+    assert "no rate-limit key has a start" in cli.run("queues", "rates", "--app", APP).stdout
+    cli.start("worker", APP, "-c", "5", log=tmp_path / "worker.log")
+
+    def both_started() -> list[dict[str, object]]:
+        rates: list[dict[str, object]] = cli.json("queues", "rates", "--app", APP)
+        return rates if sum(int(str(r["used"])) for r in rates) == 3 else []
+
+    rates = wait_until(both_started)
+    assert rates == [
+        {"task": "api.call", "key": "maps", "used": 2, "limit": 2, "period": 60.0},
+        {"task": "api.call", "key": "mail", "used": 1, "limit": 2, "period": 60.0},
+    ]
+    shown = cli.run("queues", "--app", APP).stdout
+    assert "starts per rate-limit key" in shown
+    assert "maps" in shown
+    # maps' window is full: its third job waits for the window to slide.
+    waiting = [j for j in cli.json("jobs", "list", "--state", "waiting") if j["task"] == "api.call"]
     assert len(waiting) == 1
 
 

@@ -50,6 +50,16 @@ async def serve(tmp_path: Path) -> AsyncIterator[Serve]:
         await lifespan.__aexit__(None, None, None)
 
 
+def rows_of(html: str, table: str) -> list[list[str]]:
+    """The body rows of the table marked ``table``, as text cells."""
+    found = re.search(rf"<table[^>]*{table}[^>]*>(.*?)</table>", html, re.S)
+    assert found, f"no table {table} on the page"
+    body = found.group(1).split("</thead>", 1)[1]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
+    cells = [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S) for row in rows]
+    return [[re.sub(r"<[^>]+>", "", cell).strip() for cell in row] for row in cells]
+
+
 def csrf_of(html: str) -> str:
     found = re.search(r'name="csrf_token" value="([^"]+)"', html)
     assert found, "the page has no CSRF token"

@@ -6,17 +6,7 @@ import re
 
 from conveyor.backends.base import QueueInfo
 
-from .conftest import READ, Serve, signed_in
-
-
-def rows_of(html: str, table: str) -> list[list[str]]:
-    """The body rows of the table marked ``table``, as text cells."""
-    found = re.search(rf"<table[^>]*{table}[^>]*>(.*?)</table>", html, re.S)
-    assert found, f"no table {table} on the page"
-    body = found.group(1).split("</thead>", 1)[1]
-    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
-    cells = [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S) for row in rows]
-    return [[re.sub(r"<[^>]+>", "", cell).strip() for cell in row] for row in cells]
+from .conftest import READ, Serve, rows_of, signed_in
 
 
 async def test_the_queues_page_shows_fairness_and_jobs_per_tenant(serve: Serve) -> None:

@@ -47,3 +47,8 @@ not_an_app = {"this": "is a dict"}
 @app.task("crm.sync", key_concurrency=1, concurrency_key=lambda payload: payload["account"])
 async def crm_sync(ctx: JobContext, account: str, seconds: float = 30.0) -> None:
     await asyncio.sleep(seconds)
+
+
+@app.task("api.call", rate_limit="2/m", rate_limit_key=lambda payload: payload["api"])
+async def api_call(ctx: JobContext, api: str) -> str:
+    return api
