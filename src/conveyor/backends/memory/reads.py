@@ -120,7 +120,7 @@ def key_counts(store: Store, tasks: Sequence[str], limit: int) -> list[KeyCount]
         row = store.jobs[job_id]
         if row.task in asked or row.concurrency_key is not None:
             active[(row.task, row.concurrency_key)] += 1
-    for job_id in store.by_state[JobState.WAITING]:
+    for job_id in store.by_state[JobState.WAITING] if asked else ():
         row = store.jobs[job_id]
         if row.task in asked:
             waiting[(row.task, row.concurrency_key)] += 1

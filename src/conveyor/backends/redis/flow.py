@@ -15,11 +15,8 @@ from conveyor.backends.records import rank_key_counts, rank_rate_key_uses
 from conveyor.backends.redis.connection import RedisConnection
 from conveyor.ratelimit import RateLimit
 
-#: Ids read per round trip (members of one index or waiting set, or SCAN's COUNT).
+#: Ids read per round trip (of the active index or a waiting set, or SCAN's COUNT).
 SLICE = 1000
-#: A waiting set's member is the run_at (17 characters) then the job id.
-_ID_AT = 17
-
 Group = tuple[str, str | None]
 
 
@@ -30,7 +27,8 @@ def _text(value: bytes | None) -> str | None:
 async def key_counts(conn: RedisConnection, tasks: Sequence[str], limit: int) -> list[KeyCount]:
     """Active jobs from the app-wide ``active`` index (one ``HMGET`` of task and
     key per active job: bounded by the workers' concurrency); waiting jobs of
-    ``tasks`` from their waiting sets (one ``HGET`` of the key per job)."""
+    ``tasks`` from their waiting sets (``keyslice-1.lua``: one ``HMGET`` per job
+    inside Redis, a slice of the set per call)."""
     asked = set(tasks)
     active: Counter[Group] = Counter()
     waiting: Counter[Group] = Counter()
@@ -50,9 +48,8 @@ async def key_counts(conn: RedisConnection, tasks: Sequence[str], limit: int) ->
             start += SLICE
     if asked:
         flat = await conn.run("waitsets", [conn.keys.queues], sorted(asked))
-        async with conn.errors("key_counts"):
-            for i in range(0, len(flat), 2):
-                await _count_waiting(conn, flat[i].decode(), flat[i + 1].decode(), waiting)
+        for i in range(0, len(flat), 2):
+            await _count_waiting(conn, flat[i].decode(), flat[i + 1].decode(), waiting)
     counts = (
         KeyCount(task, key, active[(task, key)], waiting[(task, key)] if task in asked else None)
         for task, key in active.keys() | waiting.keys()
@@ -63,15 +60,15 @@ async def key_counts(conn: RedisConnection, tasks: Sequence[str], limit: int) ->
 async def _count_waiting(
     conn: RedisConnection, waiting_set: str, task: str, into: Counter[Group]
 ) -> None:
-    client, _ = conn.ready()
+    """Count one waiting set's jobs per key, ``keyslice-1.lua`` a slice at a time."""
     start = 0
-    while members := await client.zrange(waiting_set, start, start + SLICE - 1):
-        pipe = client.pipeline(transaction=False)
-        for member in members:
-            pipe.hmget(conn.keys.job(member[_ID_AT:].decode()), "ck", "s")
-        for key, state in await pipe.execute():
-            if state == b"waiting":
-                into[(task, _text(key))] += 1
+    while True:
+        flat = await conn.run("keyslice", [waiting_set], [start, start + SLICE - 1])
+        for i in range(1, len(flat), 2):
+            code = flat[i]
+            into[(task, code[1:].decode() if code[:1] == b"1" else None)] += int(flat[i + 1])
+        if int(flat[0]) < SLICE:
+            return
         start += SLICE
 
 

@@ -112,3 +112,16 @@ async def test_flow_rate_key_usage_keys_with_colons_and_task_prefixes(backend: B
         RateKeyUse("send:x", "y", 1),
     ]
     assert await backend.rate_key_usage({"send": rates["send"]}) == [RateKeyUse("send", "x:y", 1)]
+
+
+async def test_flow_key_counts_a_backlog_over_many_reads(backend: Backend) -> None:
+    # Past one read's slice (Redis reads a waiting set 1,000 members at a time).
+    keys = ("a", "b", None)
+    await backend.enqueue_jobs(
+        [new_job("capped", concurrency_key=keys[i % 3]) for i in range(2_101)]
+    )
+    assert await backend.key_counts(["capped"]) == [
+        KeyCount("capped", "a", 0, 701),
+        KeyCount("capped", None, 0, 700),
+        KeyCount("capped", "b", 0, 700),
+    ]
