@@ -94,6 +94,26 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, float]:
         await backend.close()
 
 
+async def drop(url: str, tag: str) -> None:
+    """Remove what the run left in the shared PostgreSQL database or Redis."""
+    if url.startswith("postgresql"):
+        import asyncpg
+
+        conn = await asyncpg.connect(url.split("?")[0])
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{tag}" CASCADE')  # tag: flow + hex
+        finally:
+            await conn.close()
+    elif url.startswith("redis"):
+        from redis.asyncio import Redis
+
+        client = Redis.from_url(url.split("?")[0])
+        names = [name async for name in client.scan_iter(match=f"{{conveyor:{tag}}}:*")]
+        for i in range(0, len(names), 1_000):
+            await client.unlink(*names[i : i + 1_000])
+        await client.aclose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--waiting", type=int, default=20_000)
@@ -110,7 +130,10 @@ def main() -> None:
         if redis := os.environ.get("CONVEYOR_BENCH_REDIS_URL"):
             urls["redis"] = f"{redis}?prefix={tag}"
         for name, url in urls.items():
-            figures = asyncio.run(measure(url, args))
+            try:
+                figures = asyncio.run(measure(url, args))
+            finally:
+                asyncio.run(drop(url, tag))
             row = "  ".join(f"{what} {ms:.2f} ms" for what, ms in figures.items())
             print(f"{name:9} {row}", flush=True)
 
