@@ -21,9 +21,11 @@ from conveyor.app import Conveyor
 from conveyor.backends.base import (
     ClaimRequest,
     JobFilter,
+    KeyCount,
     NewJob,
     Outcome,
     QueueInfo,
+    RateKeyUse,
     ScheduleSpec,
     Settlement,
 )
@@ -32,6 +34,7 @@ from conveyor.context import JobContext
 from conveyor.errors import QueueFull
 from conveyor.ids import new_id
 from conveyor.job import JobState
+from conveyor.ratelimit import RateLimit
 
 # One full run reported a socket to a cluster node garbage-collected unclosed
 # while this module ran (never reproduced in isolation or in repeated runs; the
@@ -199,3 +202,22 @@ def test_the_cluster_has_three_masters(cluster_nodes: list[RedisServer], tmp_pat
     nodes = redis.Redis(port=cluster_nodes[0].port).execute_command("CLUSTER", "NODES")
     text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
     assert sum("master" in line for line in text.splitlines()) == 3
+
+
+async def test_flow_reads_on_a_cluster(backend: RedisBackend) -> None:
+    rates = {"t": RateLimit(5, 60.0)}
+    await backend.enqueue_jobs(
+        [_job(concurrency_key="a", rate_limit_key="r") for _ in range(3)] + [_job()]
+    )
+    claimed = await backend.claim_jobs(
+        ClaimRequest("w", ["default"], 10, 30.0, key_limits={"t": 1}, key_rate_limits=rates)
+    )
+    assert len(claimed.jobs) == 2  # one of key a, the keyless one
+    assert await backend.key_counts(["t"]) == [
+        KeyCount("t", "a", 1, 2),
+        KeyCount("t", None, 1, 0),
+    ]
+    assert await backend.rate_key_usage(rates) == [
+        RateKeyUse("t", None, 1),
+        RateKeyUse("t", "r", 1),
+    ]
