@@ -56,6 +56,11 @@ class Acker:
         self._idle.clear()
         self._ready.set()
 
+    @property
+    def answered(self) -> bool:
+        """Every outcome added so far has had its flush answered."""
+        return self._answered >= self._added
+
     async def stored(self) -> None:
         """Until every outcome added so far has had its flush answered (later
         ones need not be): what that flush released is then claimable."""

@@ -407,7 +407,8 @@ class Worker:
             # then waits for one more wake-up and claim. Sent once the settle
             # is answered, it takes what the settle released. A local wake-up
             # or stop() does not wait.
-            await self._wait_for(self.acker.stored(), None)
+            if not self.acker.answered:
+                await self._wait_for(self.acker.stored(), None)
 
     def take(self, result: ClaimResult, sent_at: float) -> None:
         """A claim's (or a handoff's) outcome; their leases started at ``sent_at``."""
