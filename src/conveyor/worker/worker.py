@@ -406,9 +406,10 @@ class Worker:
             # back empty, slows that settle on a busy store, and the next step
             # then waits for one more wake-up and claim. Sent once the settle
             # is answered, it takes what the settle released. A local wake-up
-            # or stop() does not wait.
+            # or stop() does not wait, nor anything past the poll interval (a
+            # settle the store keeps failing must not stop the claims).
             if not self.acker.answered:
-                await self._wait_for(self.acker.stored(), None)
+                await self._wait_for(self.acker.stored(), asyncio.sleep(poll))
 
     def take(self, result: ClaimResult, sent_at: float) -> None:
         """A claim's (or a handoff's) outcome; their leases started at ``sent_at``."""
