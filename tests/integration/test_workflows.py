@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
-from worker_fixtures import Stack, running
+from worker_fixtures import Stack, running, settled
 
 from conveyor import (
     Conveyor,
@@ -233,3 +233,34 @@ async def test_retrying_a_failed_step_from_the_dead_letter_queue_resumes(stack: 
     assert done["flaky"].id == copy.id
     assert done["total"].depends_on[1] == copy.id
     assert len(calls) == 2
+
+
+async def test_each_step_of_a_chain_comes_in_one_claim(stack: Stack) -> None:
+    """After a claim that came back short, the worker claims again only once the
+    outcomes it sent are answered: the settle that released a chain's next step
+    is stored by then, so that claim takes it. A claim sent meanwhile would come
+    back empty (the step still blocked) and need a wake-up and one more claim."""
+    # Polls far apart: an empty claim in the window is a race, not a poll.
+    app = stack.app(poll_interval="10s")
+
+    @app.task("step")
+    async def step(ctx: JobContext) -> None:
+        return None
+
+    steps = 30
+    claims: list[int] = []
+
+    def on_claimed(event: str, worker_id: str, count: int, seconds: float) -> None:
+        claims.append(count)
+
+    async with running(app):
+        # The worker's first claims are behind it: it waits for work.
+        await settled(await app.enqueue("step"))
+        app.on("claimed", on_claimed)
+        workflow = await app.start(chain(*(app.step("step") for _ in range(steps))))
+        await workflow.wait(timeout=20)
+        app.events.off("claimed", on_claimed)
+    assert workflow.state is WorkflowState.COMPLETED
+    assert sum(claims) <= steps
+    # One claim per step; a few more when a wake-up echoes a release already taken.
+    assert claims.count(0) <= steps // 6, claims

@@ -44,11 +44,42 @@ class Acker:
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        #: Outcomes added so far, and how many of them have been sent and
+        #: answered (stored, or refused); ``stored()`` waits on the second.
+        self._added = 0
+        self._answered = 0
+        self._answer_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     def add(self, settlement: Settlement, job: Job) -> None:
         self._pending.append((settlement, job))
+        self._added += 1
         self._idle.clear()
         self._ready.set()
+
+    @property
+    def answered(self) -> bool:
+        """Every outcome added so far has had its flush answered."""
+        return self._answered >= self._added
+
+    async def stored(self) -> None:
+        """Until every outcome added so far has had its flush answered (later
+        ones need not be): what that flush released is then claimable."""
+        if self._answered >= self._added:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._answer_waiters.append((self._added, future))
+        await future
+
+    def _answered_up_to(self, count: int) -> None:
+        self._answered += count
+        waiting = []
+        for target, future in self._answer_waiters:
+            if target <= self._answered:
+                if not future.done():
+                    future.set_result(None)
+            elif not future.done():
+                waiting.append((target, future))
+        self._answer_waiters = waiting
 
     @property
     def pending(self) -> int:
@@ -83,6 +114,9 @@ class Acker:
                 continue
             if events is not None:
                 events.emit("settled", count=len(batch), seconds=time.perf_counter() - sent_at)
+            # Before the callbacks below (they may await): a claim loop waiting
+            # for these outcomes claims what they released at once.
+            self._answered_up_to(len(batch))
             if result.refused:
                 self._on_refused(result.refused)
             if result.circuit_changes:

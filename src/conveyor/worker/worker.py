@@ -411,6 +411,17 @@ class Worker:
             self.slot_free.clear()
             wait = self.wait_for_work or backend.wait_for_work
             await self._wait_for(wait(self.queues, poll), self.slot_free.wait())
+            # Whatever woke us (a freed slot; a wake-up, which may be the
+            # store's echo of a release this worker already claimed): a claim
+            # sent while an outcome of ours is on its way races the settle
+            # that may release its dependents (a chain's next step). It comes
+            # back empty, slows that settle on a busy store, and the next step
+            # then waits for one more wake-up and claim. Sent once the settle
+            # is answered, it takes what the settle released. A local wake-up
+            # or stop() does not wait, nor anything past the poll interval (a
+            # settle the store keeps failing must not stop the claims).
+            if not self.acker.answered:
+                await self._wait_for(self.acker.stored(), asyncio.sleep(poll))
 
     def take(self, result: ClaimResult, sent_at: float) -> None:
         """A claim's (or a handoff's) outcome; their leases started at ``sent_at``."""
