@@ -211,30 +211,36 @@ async def test_wait_mode_confirms_a_duplicate_answer_too(tmp_path: Path) -> None
     (the duplicate answer writes nothing of its own to wait for)."""
     with RedisServer(tmp_path / "primary", ["--repl-diskless-sync-delay", "0"]) as primary:
         replica = RedisServer(tmp_path / "replica", ["--replicaof", "127.0.0.1", str(primary.port)])
-        with replica:
-            client = redis.Redis(port=primary.port)
-            deadline = time.monotonic() + 10
-            while client.info("replication").get("connected_slaves", 0) < 1:
-                assert time.monotonic() < deadline, "the replica never connected"
-                await asyncio.sleep(0.05)
+        with replica, redis.Redis(port=primary.port) as client:
+            _replica_in_step(client)
             url = primary.url(wait_replicas="1", wait_timeout="300ms")
             first, second = RedisBackend(url), RedisBackend(url)
             await first.open()
             await second.open()
-            await second.enqueue_jobs(_jobs(1))  # the second connection has written before
-            assert replica.proc is not None
-            replica.proc.send_signal(signal.SIGSTOP)  # a replica that stops acknowledging
             try:
-                with pytest.raises(NotReplicated):
-                    await first.enqueue_jobs(_jobs(1, idempotency_key="k"))
-                with pytest.raises(NotReplicated):
-                    await second.enqueue_jobs(_jobs(1, idempotency_key="k"))
+                await second.enqueue_jobs(_jobs(1))  # the second connection has written before
+                assert replica.proc is not None
+                replica.proc.send_signal(signal.SIGSTOP)  # a replica that stops acknowledging
+                try:
+                    with pytest.raises(NotReplicated):
+                        await first.enqueue_jobs(_jobs(1, idempotency_key="k"))
+                    with pytest.raises(NotReplicated):
+                        await second.enqueue_jobs(_jobs(1, idempotency_key="k"))
+                finally:
+                    replica.proc.send_signal(signal.SIGCONT)
+                _replica_in_step(client)
+                (job,) = await second.enqueue_jobs(_jobs(1, idempotency_key="k"))
+                assert job.duplicate
             finally:
-                replica.proc.send_signal(signal.SIGCONT)
-            (job,) = await second.enqueue_jobs(_jobs(1, idempotency_key="k"))
-            assert job.duplicate
-            await first.close()
-            await second.close()
+                await first.close()
+                await second.close()
+
+
+def _replica_in_step(client: redis.Redis) -> None:
+    """Until the replica has synced and acknowledges writes (a loaded host takes
+    longer than a 300 ms WAIT for the first sync or a resumed replica)."""
+    client.set("in-step", 1)
+    assert client.execute_command("WAIT", 1, 10_000) == 1, "the replica never caught up"
 
 
 async def test_scripts_come_back_after_script_flush(tmp_path: Path) -> None:

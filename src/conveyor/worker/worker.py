@@ -388,11 +388,13 @@ class Worker:
                         await self.acker.drain(self.settings.shutdown_timeout)
                         continue
                     # Due jobs held back by a rate limit are still due: wait for
-                    # the window to slide, but give up after one idle window.
+                    # the window to slide, but give up after one idle window,
+                    # counted to when this empty claim was sent (on a loaded
+                    # host it may come back after the window slid, unseen).
                     now = time.monotonic()
                     empty_since = empty_since if empty_since is not None else now
                     if (
-                        now - last_claimed > self._rate_window
+                        sent_at - last_claimed > self._rate_window
                         and now - empty_since >= self._empty_for
                     ):
                         break

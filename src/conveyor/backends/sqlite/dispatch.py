@@ -23,7 +23,7 @@ from conveyor.backends.namedsql import parse_named_blocks, trusted_sql
 from conveyor.backends.sqlite.claim import CommitWatch
 from conveyor.backends.sqlite.connection import ThreadConnection
 from conveyor.backends.sqlite.decode import job_from_row
-from conveyor.backends.sqlite.queries import json_param
+from conveyor.backends.sqlite.queries import check_job_columns, json_param
 from conveyor.job import Job
 
 #: Longest the relay's wake-up waits before it looks anyway.
@@ -33,7 +33,9 @@ WAKE_BACKSTOP = 1.0
 @functools.cache
 def _queries() -> dict[str, LiteralString]:
     text = resources.files("conveyor.backends.sqlite").joinpath("dispatch.sql").read_text("utf-8")
-    return {name: trusted_sql(sql) for name, sql in parse_named_blocks(text).items()}
+    blocks = parse_named_blocks(text)
+    check_job_columns("dispatch.sql", blocks)
+    return {name: trusted_sql(sql) for name, sql in blocks.items()}
 
 
 def _take(conn: sqlite3.Connection, limit: int) -> list[Dispatchable]:

@@ -68,7 +68,7 @@ RETURNING
     started_at, finished_at, expires_at, ttl, lease_until, lease_token, worker_id, stalls,
     failure_reason, idempotency_key, tenant, retried_as, retry_of, cancel_requested,
     payload, metadata, result, progress, errors, depends_on, on_dependency_failure,
-    workflow_id, concurrency_key;
+    workflow_id, concurrency_key, rate_limit_key;
 
 -- name: lag
 -- Seconds the oldest undispatched due job has waited for its publish (0: none).

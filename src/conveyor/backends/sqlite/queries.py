@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any, LiteralString
 
@@ -170,14 +171,22 @@ class Queries:
                 f"queries.sql does not match Queries: missing {sorted(missing)}, "
                 f"undeclared {sorted(extra)}"
             )
-        columns = " ".join(JOB_COLUMNS.split())
-        for name, sql in blocks.items():
-            flat = " ".join(sql.split())
-            if ("RETURNING id," in flat or flat.startswith("SELECT id, task, queue, state")) and (
-                columns not in flat
-            ):
-                raise RuntimeError(f"queries.sql: {name!r} does not return JOB_COLUMNS")
+        check_job_columns("queries.sql", blocks)
         return cls(**{name: trusted_sql(sql) for name, sql in blocks.items()})
+
+
+def check_job_columns(source: str, blocks: Mapping[str, str]) -> None:
+    """Refuse a statement of ``source`` that returns jobs in other than
+    ``JOB_COLUMNS`` order: the decoder reads columns by position, so a column a
+    later migration added and a statement left out would fail only at run time."""
+    columns = " ".join(JOB_COLUMNS.split())
+    for name, sql in blocks.items():
+        flat = " ".join(sql.split())
+        returns_jobs = "RETURNING id, task," in flat or flat.startswith(
+            "SELECT id, task, queue, state"
+        )
+        if returns_jobs and columns not in flat:
+            raise RuntimeError(f"{source}: {name!r} does not return JOB_COLUMNS")
 
 
 def split_statements(script: str) -> list[str]:
