@@ -4,8 +4,9 @@
 
 ``ROWS.jsonl`` is what the tests appended to ``$CONVEYOR_CHAOS_REPORT`` (one
 JSON object a line: fault, store, jobs, faults, lost, lost_bound, duplicated,
-bound, passed, note, long). Exits 1 when a row failed, when pytest failed, or when
-there is no row at all.
+bound, passed, note, long, and for a throughput row hosts: a list of host,
+jobs, per_second, which also goes into the throughput table). Exits 1 when a
+row failed, when pytest failed, or when there is no row at all.
 """
 
 from __future__ import annotations
@@ -39,12 +40,29 @@ hand; run the script again.
   one. Blocked loop: the one job. Redis failover: the jobs run from 1 s
   before a kill to 1 s after the promotion (a claim or completion the replica
   had not received is redone). Per-key cap: the jobs the killed worker held.
+  Slow lossy link: 0 while every renewal round trip of the slow worker took
+  under a third of the lease (the note says whether that held); otherwise the
+  jobs recovered from it. There **faults** counts the packets nftables dropped.
 - **Variant**: `quick` runs in CI with every test; `long` only in this script
   (`CONVEYOR_CHAOS_LONG=1`: a minute or more of repeated kills per row, more
-  restarts and failovers, larger storms).
+  restarts and failovers, larger storms, three minutes of the slow link, five
+  times the queue for the three hosts).
 
 | Fault | Store | Variant | Jobs | Faults injected | Lost | Duplicated | Bound | Result |
 |---|---|---|---:|---:|---:|---:|---:|---|
+"""
+
+THROUGHPUT = """
+## Throughput: {hosts} worker hosts draining one queue
+
+Each host is a network namespace with its own veth link to the store, running
+one worker (`-c 8`); short jobs, enqueued while they drain. Jobs per second
+from the first run's start to the last one's end, per host and in all; the
+{hosts} hosts share this machine's two cores with the store and the producer,
+so the figures compare the stores more than they measure them.
+
+| Store | Variant | Jobs | {names} |
+|---|---|---:|{align}
 """
 
 FOOTER = """
@@ -57,6 +75,12 @@ FOOTER = """
   with the server's clock: the skew rows run a worker an hour off, the jump
   rows step one worker's wall clock (libfaketime's timestamp file, monotonic
   clock untouched) +1h, -1h and back while it runs jobs.
+- Slow lossy link: the slow worker reaches the store through a delaying TCP
+  proxy on its veth link (20 ms each way plus up to 40 ms of jitter, in
+  order), and nftables drops 5% of the link's packets each way (`numgen
+  random`: the kernel has no `netem`); a second worker on the host would
+  recover any lease the slow one let lapse. The test records each of the slow
+  worker's renewal round trips (the `leases_renewed` event).
 - Redis failover: the primary's host fails (the primary SIGKILLed, and the
   replication stream still on the link to the replica, which lags 20 ms,
   dropped); the test promotes the replica (`REPLICAOF NO ONE`) as Sentinel
@@ -88,6 +112,30 @@ def row_ok(row: dict[str, Any]) -> bool:
     return bool(row["passed"]) and lost_ok and row["duplicated"] <= row["bound"]
 
 
+def throughput_table(rows: list[dict[str, Any]]) -> str:
+    """The per-host throughput of the rows that measured it ("" when none did)."""
+    measured = [row for row in rows if row.get("hosts")]
+    if not measured:
+        return ""
+    names = [host["host"] for host in measured[0]["hosts"]]
+    table = THROUGHPUT.format(
+        hosts=len(names) - 1,
+        names=" | ".join(f"{name} (jobs/s)" for name in names),
+        align="---:|" * len(names),
+    )
+    for row in measured:
+        rates = {host["host"]: host for host in row["hosts"]}
+        cells = " | ".join(
+            f"{rates[name]['per_second']:,.0f} ({rates[name]['jobs']:,} jobs)"
+            if name in rates
+            else "-"
+            for name in names
+        )
+        variant = "long" if row["long"] else "quick"
+        table += f"| {row['store']} | {variant} | {row['jobs']:,} | {cells} |\n"
+    return table
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("rows", type=Path)
@@ -115,6 +163,7 @@ def main() -> int:
             f"| {row['jobs']:,} | {row['faults']} | {lost} | {row['duplicated']} "
             f"| {row['bound']} | {result} |\n"
         )
+    lines.append(throughput_table(rows))
     lines.append(FOOTER)
     args.out.write_text("".join(lines))
     print(f"{args.out}: {len(rows)} rows, {failed} failed, pytest exit {args.pytest_rc}")
