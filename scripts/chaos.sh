@@ -5,7 +5,8 @@
 #      worker kills per store, alone and under --processes; six restarts of a
 #      private Redis and PostgreSQL under 3,000 idempotency keys; three Redis
 #      failovers under 8,000 keys; the per-key cap and the debounce storm at
-#      twice and six times their CI sizes);
+#      twice and six times their CI sizes; three minutes of a slow, lossy link
+#      to one worker host; three worker hosts draining 100,000 jobs);
 #   3. docs/reliability.md from the figures the tests wrote. A failing row, or a
 #      failing test, fails the script.
 #
@@ -17,8 +18,8 @@
 #   CONVEYOR_VENV               the virtual environment to use (default .venv;
 #                               create it with scripts/test.sh or make test)
 # PostgreSQL and Redis come from scripts/services.sh (running ones, or temporary).
-# The storage tests mount a tmpfs and the partition test makes a network
-# namespace: run as root (as CI does), or they fail.
+# The storage tests mount a tmpfs and the partition, slow-link and three-host
+# tests make network namespaces: run as root (as CI does), or they fail.
 set -euo pipefail
 
 # shellcheck source=scripts/_common.sh
@@ -51,7 +52,8 @@ if [[ -z "$quick" ]]; then
     log "chaos tests, long variants (${CONVEYOR_CHAOS_SECONDS:-60}s of kills each)"
     CONVEYOR_CHAOS_LONG=1 run_fg "$PY" -m pytest -q -p no:cacheprovider -ra \
         tests/integration/test_chaos_kills.py tests/integration/test_chaos_restarts.py \
-        tests/integration/test_chaos_failover.py tests/integration/test_chaos_flow.py || rc=$?
+        tests/integration/test_chaos_failover.py tests/integration/test_chaos_flow.py \
+        tests/integration/test_chaos_slow_link.py tests/integration/test_chaos_hosts.py || rc=$?
 fi
 
 log "docs/reliability.md"

@@ -382,12 +382,15 @@ def report(
     passed: bool,
     note: str = "",
     lost_bound: int = 0,
+    hosts: Sequence[Mapping[str, Any]] = (),
 ) -> None:
     """Append one row of figures to ``$CONVEYOR_CHAOS_REPORT`` (when set).
 
     Called before the test's assertions, so a failing run still leaves its row
     (marked failed) for the report. ``lost_bound`` is 0 but for a fault whose
-    loss the row measures (a Redis failover without WAIT mode)."""
+    loss the row measures (a Redis failover without WAIT mode). ``hosts``:
+    throughput per worker host (``host``, ``jobs``, ``per_second``), for the
+    report's throughput table."""
     path = os.environ.get(REPORT_ENV)
     print(
         f"\n{fault} on {store}: {jobs} jobs, {faults} faults, {lost} lost, "
@@ -409,5 +412,7 @@ def report(
         "note": note,
         "long": long_run(),
     }
+    if hosts:
+        row["hosts"] = [dict(host) for host in hosts]
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps(row) + "\n")

@@ -3,8 +3,10 @@
 A process started with :meth:`Namespace.argv` lives in the namespace and
 reaches the host (the root namespace) at :attr:`Namespace.host_addr` only,
 over the veth link; :meth:`Namespace.cut` drops every packet on that link with
-an nftables table of its own (so a TCP peer sees silence, not a reset), and
-:meth:`Namespace.heal` deletes the table. Everything is removed afterwards.
+an nftables table of its own (so a TCP peer sees silence, not a reset),
+:meth:`Namespace.lose` drops a random share of them instead (``numgen
+random``: the kernel has no ``netem``), and :meth:`Namespace.heal` deletes
+the table. Everything is removed afterwards.
 
 Needs root, ``ip`` (iproute2) and ``nft`` (nftables): skipped locally without
 them, a failure under CI.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import shutil
 import subprocess
 import uuid
@@ -52,13 +55,31 @@ class Namespace:
 
     def cut(self) -> None:
         """Drop every packet to and from the namespace (both directions)."""
+        self._drop("")
+
+    def lose(self, percent: int) -> None:
+        """Drop ``percent`` % of the packets each way, at random (a lossy link)."""
+        if not 0 < percent < 100:
+            raise ValueError(f"a loss is a percentage between 0 and 100, not {percent!r}")
+        self._drop(f"numgen random mod 100 < {percent} ")
+
+    def _drop(self, match: str) -> None:
+        drop = f"{match}counter drop"
         rules = f"""
 table inet {self.name} {{
-    chain input {{ type filter hook input priority -10; iifname "{self.host_if}" drop; }}
-    chain output {{ type filter hook output priority -10; oifname "{self.host_if}" drop; }}
+    chain input {{ type filter hook input priority -10; iifname "{self.host_if}" {drop}; }}
+    chain output {{ type filter hook output priority -10; oifname "{self.host_if}" {drop}; }}
 }}
 """
         _run("nft", "-f", "-", stdin=rules)
+
+    def dropped(self) -> int:
+        """Packets the rules dropped so far (0 when there are none)."""
+        done = subprocess.run(
+            (_tool("nft"), "list", "table", "inet", self.name),
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        return sum(int(n) for n in re.findall(r"packets (\d+)", done.stdout))
 
     def heal(self) -> None:
         _run("nft", "delete", "table", "inet", self.name)

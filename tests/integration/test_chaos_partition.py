@@ -15,19 +15,14 @@ restarted) takes jobs again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import time
-from collections import defaultdict
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from chaos_apps.recorder import Run
 from chaos_helpers import APP, Cluster, Proc, get_jobs, report, worker_argv
-from netns import Namespace, namespace
-from postgres_servers import OwnServer
-from redis_servers import RedisServer
+from link_stores import overlapping, reachable_store
+from netns import namespace
 
 from conveyor.job import JobState
 
@@ -48,50 +43,6 @@ FIRST_RUN = 15.0
 SHORT_JOBS = 20
 
 
-@contextlib.asynccontextmanager
-async def reachable_store(
-    store: str, directory: Path, space: Namespace
-) -> AsyncIterator[tuple[str, str]]:
-    """A private server listening on 127.0.0.1 and on the link's host end:
-    ``(url from the host, url from inside the namespace)``."""
-    if store == "redis":
-        redis = RedisServer(
-            directory,
-            ["--bind", "127.0.0.1", space.host_addr, "--protected-mode", "no"],
-        )
-        redis.start()
-        try:
-            local = redis.url("partition")
-            yield local, local.replace("127.0.0.1", space.host_addr)
-        finally:
-            redis.kill()
-        return
-    postgres = OwnServer(listen=(space.host_addr,))
-    try:
-        await asyncio.to_thread(postgres.init)
-        await asyncio.to_thread(postgres.start)
-        local = f"{postgres.url}?schema=conveyor&connect_timeout=2&command_timeout=5"
-        yield local, local.replace("127.0.0.1", space.host_addr)
-    finally:
-        await asyncio.to_thread(postgres.destroy)
-
-
-def overlapping(runs: list[Run]) -> list[str]:
-    """Jobs with two runs whose windows overlap (or a run that never ended
-    followed by another)."""
-    by_job: dict[str, list[Run]] = defaultdict(list)
-    for run in runs:
-        by_job[run.job_id].append(run)
-    bad = []
-    for job_id, job_runs in by_job.items():
-        job_runs.sort(key=lambda run: run.started)
-        for first, second in itertools.pairwise(job_runs):
-            if first.ended is None or first.ended > second.started:
-                bad.append(job_id)
-                break
-    return bad
-
-
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("store", ["postgres", "redis"])
 async def test_a_partitioned_worker_never_overlaps_a_recovered_job(
@@ -99,10 +50,11 @@ async def test_a_partitioned_worker_never_overlaps_a_recovered_job(
 ) -> None:
     with namespace() as space:
         async with (
-            reachable_store(store, tmp_path / "server", space) as (local_url, far_url),
+            reachable_store(store, tmp_path / "server", [space.host_addr]) as (local_url, urls),
             Cluster(tmp_path) as cluster,
         ):
             cluster.url, cluster.store = local_url, store
+            far_url = urls[space.host_addr]
             app = await cluster.app()  # migrates
             far = cluster.spawn(
                 "far",

@@ -23,7 +23,7 @@ from conveyor.app import Conveyor
 from conveyor.context import JobContext
 from conveyor.task import Handler
 
-from .recorder import RECORDER, RUNS_DIR_ENV, recorded
+from .recorder import RECORD_RENEWALS_ENV, RECORDER, RUNS_DIR_ENV, recorded
 
 #: What ``chaos.hog`` leaks: kept for the life of the process.
 HOARD: list[bytes] = []
@@ -199,7 +199,14 @@ def make_app(url: str | None = None) -> Conveyor:
             return int(before) * 10
 
     app.register(Validated())
+    if os.environ.get(RECORD_RENEWALS_ENV) == "1":
+        app.on("leases_renewed", record_renewal)
     return app
+
+
+def record_renewal(event: str, seconds: float, error: BaseException | None, **_: Any) -> None:
+    """Time each lease renewal round trip (the slow-link test's bound)."""
+    RECORDER.renewal(seconds, error is not None)
 
 
 def runs_dir() -> Path:

@@ -9,6 +9,10 @@ Columns: ``job_id, task, pid, worker_id, attempt`` (``ctx.job.attempts``, this
 run included), ``started`` and ``ended`` (``time.time()``; ``ended`` is NULL
 when the run never finished: killed or stopped), ``outcome`` (``done``,
 ``cancelled``, ``error``, ``done-after-cancel``).
+
+A second table, ``renewals``, holds one row per lease renewal round trip of a
+worker that asked for it (:data:`RECORD_RENEWALS_ENV`): ``pid, at, seconds,
+failed``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 RUNS_DIR_ENV = "CHAOS_RUNS_DIR"
+#: ``1``: the worker records each lease renewal round trip (``renewals``).
+RECORD_RENEWALS_ENV = "CHAOS_RECORD_RENEWALS"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -37,6 +43,13 @@ CREATE TABLE IF NOT EXISTS runs (
     started REAL NOT NULL,
     ended REAL,
     outcome TEXT
+);
+CREATE TABLE IF NOT EXISTS renewals (
+    id INTEGER PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    at REAL NOT NULL,
+    seconds REAL NOT NULL,
+    failed INTEGER NOT NULL
 )
 """
 
@@ -62,7 +75,7 @@ class Recorder:
             )
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=OFF")
-            db.execute(SCHEMA)
+            db.executescript(SCHEMA)
             self._db, self._pid = db, pid
         return self._db
 
@@ -81,6 +94,13 @@ class Recorder:
             self._conn().execute(
                 "UPDATE runs SET ended = ?, outcome = ? WHERE id = ?",
                 (time.time(), outcome, run_id),
+            )
+
+    def renewal(self, seconds: float, failed: bool) -> None:
+        with self._lock:
+            self._conn().execute(
+                "INSERT INTO renewals (pid, at, seconds, failed) VALUES (?, ?, ?, ?)",
+                (os.getpid(), time.time(), seconds, int(failed)),
             )
 
 
@@ -136,3 +156,27 @@ def read_runs(directory: Path) -> list[Run]:
         runs.extend(Run(*row) for row in rows)
     runs.sort(key=lambda run: run.started)
     return runs
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    pid: int
+    at: float
+    seconds: float
+    failed: bool
+
+
+def read_renewals(directory: Path) -> list[Renewal]:
+    """Every lease renewal round trip recorded under ``directory``, oldest first."""
+    renewals: list[Renewal] = []
+    for path in sorted(directory.glob("runs-*.sqlite")):
+        with closing(sqlite3.connect(path, timeout=10)) as db:
+            try:
+                rows = db.execute("SELECT pid, at, seconds, failed FROM renewals").fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    continue
+                raise
+        renewals.extend(Renewal(pid, at, took, bool(failed)) for pid, at, took, failed in rows)
+    renewals.sort(key=lambda renewal: renewal.at)
+    return renewals
