@@ -15,7 +15,7 @@ all along. The test records every renewal round trip of the slow worker and
 reports whether that bound held; when it did not, recoveries are allowed (and
 counted) but overlaps and losses still are not.
 
-Quick variant (CI): 25 s of the slow link. Long (``CONVEYOR_CHAOS_LONG=1``,
+Quick variant (CI): 15 s of the slow link. Long (``CONVEYOR_CHAOS_LONG=1``,
 ``scripts/chaos.sh``): three minutes.
 """
 
@@ -48,7 +48,7 @@ ONE_WAY = 0.020
 JITTER = 0.040
 LOSS_PERCENT = 5
 #: Seconds of the slow link: minutes in the long variant.
-SECONDS = 180.0 if long_run() else 25.0
+SECONDS = 180.0 if long_run() else 15.0
 #: Jobs last 0.5 to 3.5 s: many outlive a renewal interval (lease / 3).
 JOB_SECONDS = (0.5, 3.5)
 #: Waiting jobs kept in the queue, so neither worker ever idles.
