@@ -401,7 +401,7 @@ def test_sigint_stops_the_worker_gracefully_with_exit_0(cli: Cli, tmp_path: Path
 def test_the_worker_lists_its_tasks_and_logs_each_completed_job(cli: Cli) -> None:
     job_id = cli.enqueue("add", {"a": 1, "b": 2})
     log = cli.run("worker", APP, "--burst").stderr
-    assert "6 task(s):" in log
+    assert "7 task(s):" in log
     assert re.search(r"mail\.send +queue emails, concurrency unlimited", log), log
     assert re.search(r"crm\.sync +queue default, concurrency unlimited, at most 1 per key", log)
     assert re.search(rf"INFO +conveyor\.jobs: add {job_id} completed \(attempt 1\) in \d", log)

@@ -37,13 +37,14 @@ from typing import TYPE_CHECKING, Any
 from conveyor.backends.base import (
     ClaimRequest,
     ClaimResult,
+    JobFilter,
     Outcome,
     Settlement,
     WorkerInfo,
 )
 from conveyor.context import JobContext
 from conveyor.errors import BackendError, ConveyorError
-from conveyor.job import Job
+from conveyor.job import Job, JobState
 from conveyor.loops import loop_name
 from conveyor.worker import faults
 from conveyor.worker.acker import Acker
@@ -314,6 +315,17 @@ class Worker:
         )
 
     # -- claiming -----------------------------------------------------------------
+    async def _rate_held_back(self) -> bool:
+        """Whether jobs of a rate-limited task wait in this worker's queues: a
+        burst waits for their window to slide only then, not a whole window
+        (a minute, for "2/m") after every burst."""
+        for queue in self.queues:
+            for task in (*self.rate_limited, *self.key_rate_limited):
+                held = JobFilter(states=[JobState.WAITING], queue=queue, task=task)
+                if await self.runtime.backend.count_jobs(held):
+                    return True
+        return False
+
     def _claim_request(self, limit: int) -> ClaimRequest:
         task_limits = {
             name: max(0, cap - self.running_by_task.get(name, 0))
@@ -393,9 +405,9 @@ class Worker:
                     # host it may come back after the window slid, unseen).
                     now = time.monotonic()
                     empty_since = empty_since if empty_since is not None else now
-                    if (
+                    if now - empty_since >= self._empty_for and (
                         sent_at - last_claimed > self._rate_window
-                        and now - empty_since >= self._empty_for
+                        or not await self._rate_held_back()
                     ):
                         break
                     await self._wait_for(asyncio.sleep(0.02), None)
