@@ -11,7 +11,7 @@
 # Environment (see docs/how-to/testing.md):
 #   CONVEYOR_SKIP_LINT=1           skip ruff and mypy (refused under CI)
 #   CONVEYOR_FORCE_OWN_SERVICES=1  always start temporary PostgreSQL/Redis servers
-#   CONVEYOR_TEST_TIMEOUT=1500     seconds pytest may run in all before it is stopped
+#   CONVEYOR_TEST_TIMEOUT=1680     seconds pytest may run in all before it is stopped
 #   CONVEYOR_REINSTALL=1           reinstall dependencies even if pyproject.toml is unchanged
 set -euo pipefail
 
@@ -72,13 +72,13 @@ if [[ $# -gt 0 ]]; then pytest_args+=("$@"); else pytest_args+=(tests); fi
 
 run_pytest() {
     local rc=0
-    run_fg timeout --signal=INT --kill-after=30 "${CONVEYOR_TEST_TIMEOUT:-1500}" \
+    run_fg timeout --signal=INT --kill-after=30 "${CONVEYOR_TEST_TIMEOUT:-1680}" \
         "$PY" -m pytest "${pytest_args[@]}" || rc=$?
     case $rc in
     0) return 0 ;;
     5) printf '%serror: pytest collected no tests: that is a failure here%s\n' "$_RED" "$_RESET" >&2 ;;
     124 | 137) printf '%serror: pytest ran over CONVEYOR_TEST_TIMEOUT=%ss and was stopped%s\n' \
-        "$_RED" "${CONVEYOR_TEST_TIMEOUT:-1500}" "$_RESET" >&2 ;;
+        "$_RED" "${CONVEYOR_TEST_TIMEOUT:-1680}" "$_RESET" >&2 ;;
     esac
     return "$rc"
 }
