@@ -18,7 +18,13 @@ import orjson
 from conveyor import serialization
 from conveyor.backends.base import NewJob
 from conveyor.durations import parse_duration
-from conveyor.errors import ConcurrencyKeyError, PayloadTooLarge, RateLimitKeyError, UnknownTask
+from conveyor.errors import (
+    ConcurrencyKeyError,
+    EnqueueError,
+    PayloadTooLarge,
+    RateLimitKeyError,
+    UnknownTask,
+)
 from conveyor.ids import new_id
 from conveyor.job import DependencyPolicy, Job
 
@@ -279,28 +285,10 @@ def _concurrency_key(
     task: str, key_of: KeySource, options: Mapping[str, Any], payload: Any, tenant: str | None
 ) -> str | None:
     """The job's concurrency key: the enqueue's, else its task's rule applied."""
-    given = options.get("concurrency_key")
+    given = _given_key(options, "concurrency_key")
     if given is not None:
-        if not isinstance(given, str) or not given:
-            raise ValueError(f"concurrency_key must be a non-empty string, not {given!r}")
         return given
-    if key_of is None:
-        return None
-    if key_of == "tenant":
-        return tenant
-    assert callable(key_of)
-    try:
-        key = key_of({} if payload is None else payload)
-    except Exception as exc:
-        raise ConcurrencyKeyError(
-            f"the concurrency_key function of task {task!r} raised {type(exc).__name__}: {exc}"
-        ) from exc
-    if not isinstance(key, str) or not key:
-        raise ConcurrencyKeyError(
-            f"the concurrency_key function of task {task!r} must return a non-empty string, "
-            f"not {key!r}"
-        )
-    return key
+    return _key_by_rule(task, "concurrency_key", key_of, payload, tenant, ConcurrencyKeyError)
 
 
 def _rate_limit_key(
@@ -309,10 +297,8 @@ def _rate_limit_key(
     """The job's rate-limit window: the enqueue's, else its task's rule applied.
     A task registered here must declare a per-key rate limit for a key to mean
     anything (its workers would count the job in the task's one window)."""
-    given = options.get("rate_limit_key")
+    given = _given_key(options, "rate_limit_key")
     if given is not None:
-        if not isinstance(given, str) or not given:
-            raise ValueError(f"rate_limit_key must be a non-empty string, not {given!r}")
         if d.known and d.rate_key_of is None:
             why = "has no rate_limit" if not d.rate_limited else "declares no rate_limit_key"
             raise RateLimitKeyError(
@@ -321,7 +307,27 @@ def _rate_limit_key(
                 f"on the task)"
             )
         return given
-    key_of = d.rate_key_of
+    return _key_by_rule(task, "rate_limit_key", d.rate_key_of, payload, tenant, RateLimitKeyError)
+
+
+def _given_key(options: Mapping[str, Any], option: str) -> str | None:
+    """The key an enqueue sets itself (``concurrency_key=``, ``rate_limit_key=``)."""
+    given = options.get(option)
+    if given is not None and (not isinstance(given, str) or not given):
+        raise ValueError(f"{option} must be a non-empty string, not {given!r}")
+    return given
+
+
+def _key_by_rule(
+    task: str,
+    option: str,
+    key_of: KeySource,
+    payload: Any,
+    tenant: str | None,
+    error: type[EnqueueError],
+) -> str | None:
+    """A task's key rule applied at enqueue: ``"tenant"`` or a function of the
+    payload, which must return a non-empty string (else ``error``)."""
     if key_of is None:
         return None
     if key_of == "tenant":
@@ -330,13 +336,12 @@ def _rate_limit_key(
     try:
         key = key_of({} if payload is None else payload)
     except Exception as exc:
-        raise RateLimitKeyError(
-            f"the rate_limit_key function of task {task!r} raised {type(exc).__name__}: {exc}"
+        raise error(
+            f"the {option} function of task {task!r} raised {type(exc).__name__}: {exc}"
         ) from exc
     if not isinstance(key, str) or not key:
-        raise RateLimitKeyError(
-            f"the rate_limit_key function of task {task!r} must return a non-empty string, "
-            f"not {key!r}"
+        raise error(
+            f"the {option} function of task {task!r} must return a non-empty string, not {key!r}"
         )
     return key
 
