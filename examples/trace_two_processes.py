@@ -60,9 +60,9 @@ def main() -> None:
     asyncio.run(web_request())
     provider.shutdown()
     here = Path(__file__).resolve().parent
+    command = [sys.executable, "-m", "conveyor", "worker", f"{Path(__file__).stem}:app"]
     worker = subprocess.run(
-        [sys.executable, "-m", "conveyor", "worker", f"{Path(__file__).stem}:app", "--burst"]
-        + ["--log-format", "json"],
+        [*command, "--burst", "--log-format", "json"],
         cwd=here,
         env={**os.environ, "TRACE_DEMO_SERVICE": "shop-worker"},
         capture_output=True,

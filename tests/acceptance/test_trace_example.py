@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,7 +54,9 @@ def json_objects(text: str) -> list[dict[str, Any]]:
     return found
 
 
-def test_the_two_process_example_shows_one_trace_from_the_request_to_the_worker() -> None:
+def test_the_two_process_example_shows_one_trace_from_the_request_to_the_worker(
+    tmp_path: Path,
+) -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "examples" / "trace_two_processes.py")],
         capture_output=True,
@@ -85,3 +88,24 @@ def test_the_two_process_example_shows_one_trace_from_the_request_to_the_worker(
     assert handler_line["job_id"] == job_id
     assert handler_line["trace_id"] == trace_id.removeprefix("0x")
     assert handler_line["worker_id"] == consumer["attributes"]["conveyor.worker.id"]
+
+    # The docs' waterfall, drawn from this output: one bar per span, nested.
+    (tmp_path / "trace.txt").write_text(done.stdout)
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "trace_waterfall.py"), "trace.txt", "trace.svg"],
+        cwd=tmp_path,
+        check=True,
+        timeout=30,
+    )
+    svg = ElementTree.parse(tmp_path / "trace.svg").getroot()
+    bars = [title.text for title in svg.iter("{http://www.w3.org/2000/svg}title")]
+    request_id, producer_id, consumer_id = (
+        span["context"]["span_id"].removeprefix("0x") for span in (request, producer, consumer)
+    )
+    assert bars == [
+        f"span {request_id} parent -",
+        f"span {producer_id} parent {request_id}",
+        f"span {consumer_id} parent {producer_id}",
+    ]
+    texts = [text.text or "" for text in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert f"trace {trace_id.removeprefix('0x')}" in texts

@@ -14,7 +14,7 @@ from opentelemetry.trace import SpanKind
 
 from support.tracing import in_memory_spans
 
-from .conftest import ENQUEUE, Serve, auth
+from .conftest import ADMIN, ENQUEUE, Serve, auth
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -66,7 +66,7 @@ async def test_a_span_already_current_wins_over_the_header(
     serve: Serve, spans: InMemorySpanExporter
 ) -> None:
     # An instrumented server makes its own span (from the same headers) current.
-    app, client = await serve()
+    _, client = await serve()
     with trace.get_tracer("asgi").start_as_current_span("POST /api/v1/jobs") as server_span:
         response = await client.post(
             "/api/v1/jobs", json={"task": "add"}, headers={**auth(ENQUEUE), **CALLER}
@@ -79,7 +79,7 @@ async def test_a_span_already_current_wins_over_the_header(
 async def test_a_malformed_traceparent_is_ignored(
     serve: Serve, spans: InMemorySpanExporter
 ) -> None:
-    app, client = await serve()
+    _, client = await serve()
     response = await client.post(
         "/api/v1/jobs",
         json={"task": "add"},
@@ -107,3 +107,23 @@ async def test_post_workflows_gives_every_job_the_callers_trace(
         parent = sent[job["id"]].parent
         assert parent is not None
         assert f"{parent.span_id:016x}" == CALLER_SPAN
+
+
+async def test_triggering_a_schedule_continues_the_callers_trace(
+    serve: Serve, spans: InMemorySpanExporter
+) -> None:
+    app, client = await serve()
+    app.schedule("nightly", cron="0 3 * * *", task="add", payload={"a": 1, "b": 2})
+    await app.scheduler().sync()
+    response = await client.post(
+        "/api/v1/schedules/nightly/trigger", headers={**auth(ADMIN), **CALLER}
+    )
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    stored = await app.get_job(job_id)
+    assert stored is not None
+    assert stored.metadata["schedule"] == "nightly"
+    assert stored.metadata["traceparent"].split("-")[1] == CALLER_TRACE
+    parent = producers(spans)[job_id].parent
+    assert parent is not None
+    assert f"{parent.span_id:016x}" == CALLER_SPAN
