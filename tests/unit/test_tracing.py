@@ -292,3 +292,25 @@ async def test_schedule_fires_and_triggers_store_the_context(
         consumer = consumers[job.id]
         assert consumer.parent is not None
         assert consumer.parent.span_id == producer_context.span_id
+
+
+async def test_a_retried_dead_letter_joins_the_original_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    app = make_app()
+    original = await app.enqueue("boom", attempts=1)
+    await app.drain()
+    copy = await app.dlq.retry(original.id)
+    await app.drain()
+    await app.close()
+    (producer,) = by_kind(spans, SpanKind.PRODUCER)  # the retry itself makes none
+    producer_context = producer.get_span_context()
+    attempts = {
+        (span.attributes or {})["messaging.message.id"]: span
+        for span in by_kind(spans, SpanKind.CONSUMER)
+    }
+    assert set(attempts) == {original.id, copy.id}
+    for span in attempts.values():
+        assert span.parent is not None
+        assert span.parent.span_id == producer_context.span_id
+        assert span.get_span_context().trace_id == producer_context.trace_id
