@@ -4,7 +4,7 @@ fails and whose retry completes; the OpenTelemetry SDK prints each span.
     pip install -e '.[otel]' opentelemetry-sdk
     python examples/trace_console.py
 
-Shown in docs/how-to/stack.md ("What a trace looks like").
+Shown in docs/how-to/stack.md ("A failed attempt and its retry").
 """
 
 from __future__ import annotations

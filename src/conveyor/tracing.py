@@ -16,8 +16,8 @@ nothing per job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
@@ -243,6 +243,39 @@ def _carrier(metadata: Any) -> dict[str, str] | None:
     return carrier
 
 
+def caller_context(headers: Mapping[str, str]) -> AbstractContextManager[None]:
+    """The trace context an HTTP caller sent (W3C ``traceparent`` and
+    ``tracestate`` headers), current while the request enqueues: the PRODUCER
+    span continues the caller's trace. A span already current wins (a server
+    instrumented with OpenTelemetry made it, itself from these headers)."""
+    parent = headers.get(TRACEPARENT)
+    if parent is None:
+        return nullcontext()
+    try:
+        from opentelemetry.trace import get_current_span
+    except ImportError:
+        return nullcontext()
+    if get_current_span().get_span_context().is_valid:
+        return nullcontext()
+    carrier = {TRACEPARENT: parent}
+    state = headers.get(TRACESTATE)
+    if state is not None:
+        carrier[TRACESTATE] = state
+    return _attached(carrier)
+
+
+@contextmanager
+def _attached(carrier: dict[str, str]) -> Iterator[None]:
+    from opentelemetry import context as otel_context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    token = otel_context.attach(TraceContextTextMapPropagator().extract(carrier))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
 def producer_tracing() -> ProducerTracing | None:
     return ProducerTracing() if tracing_live() else None
 
@@ -255,6 +288,7 @@ __all__ = [
     "RESERVED_METADATA_KEYS",
     "ConsumerTracing",
     "ProducerTracing",
+    "caller_context",
     "consumer_tracing",
     "producer_tracing",
     "tracing_live",

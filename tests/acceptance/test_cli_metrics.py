@@ -103,9 +103,14 @@ def test_two_processes_are_summed_behind_the_supervisors_port(cli: Cli, tmp_path
         done = sample(text, "conveyor_worker_jobs_total", task="sleep", outcome="completed")
         return text if done == 8 else None
 
-    wait_until(all_counted, timeout=30)
+    text = wait_until(all_counted, timeout=30)
     jobs = cli.json("jobs", "list", "--task", "sleep")
     assert len({job["result"]["pid"] for job in jobs}) == 2  # both children counted
+    # The gauges: one series each for the live children (running summed, lag the largest).
+    assert sample(text, "conveyor_worker_jobs_running") is not None
+    lag = wait_until(lambda: sample(scrape(port), "conveyor_worker_event_loop_lag_seconds"))
+    assert 0 < lag < 1
+    assert wait_until(lambda: sample(scrape(port), "conveyor_worker_jobs_running") == 0)
     supervisor.send_signal(signal.SIGTERM)
     assert supervisor.wait(timeout=30) == 0
     assert "Traceback" not in (tmp_path / "s.log").read_text()

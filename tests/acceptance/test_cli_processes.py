@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -77,12 +78,19 @@ def test_two_processes_drain_jobs_and_a_killed_child_is_restarted(cli: Cli, tmp_
 def test_processes_with_burst_exit_once_drained(cli: Cli, tmp_path: Path) -> None:
     job_ids = [cli.enqueue("add", {"a": n, "b": n}) for n in range(6)]
     log = tmp_path / "burst.log"
-    supervisor = cli.start("worker", APP, "--processes", "2", "--burst", log=log)
+    supervisor = cli.start(
+        "worker", APP, "--processes", "2", "--burst", "--log-format", "json", log=log
+    )
     assert supervisor.wait(timeout=60) == 0, log.read_text()
     results = {job["id"]: job["result"] for job in cli.json("jobs", "list")}
     assert [results[job_id] for job_id in job_ids] == [2 * n for n in range(6)]
-    assert log.read_text().count("finished its burst") == 2
-    assert log.read_text().count("loop uvloop") == 2  # the children got the loop (auto)
+    # Every line is one JSON object: the children got the format too.
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    messages = [row["message"] for row in rows]
+    assert sum("finished its burst" in message for message in messages) == 2
+    assert sum("loop uvloop" in message for message in messages) == 2  # the loop (auto)
+    assert len([row for row in rows if row["logger"] == "conveyor.jobs"]) == 6
+    assert len({row["worker_id"] for row in rows if "worker_id" in row}) == 2
 
 
 def test_a_second_signal_kills_the_children(cli: Cli, tmp_path: Path) -> None:

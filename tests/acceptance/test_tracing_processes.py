@@ -92,3 +92,19 @@ async def test_the_worker_process_continues_the_producers_trace(
     assert consumed[ok.id]["attributes"]["conveyor.outcome"] == "complete"
     assert consumed[bad.id]["attributes"]["conveyor.outcome"] == "fail"
     assert "exception" in consumed[bad.id]["events"]
+
+
+async def test_conveyor_enqueue_with_a_traced_app_stores_its_producer_context(
+    cli: Cli, tmp_path: Path
+) -> None:
+    spans_file = tmp_path / "cli-spans.jsonl"
+    cli.env["TRACE_SPANS_FILE"] = str(spans_file)
+    job_id = cli.enqueue("add", {"a": 1, "b": 2}, "--app", "apps.traced:app")
+    (sent,) = [row for row in worker_spans(spans_file) if row["kind"] == "PRODUCER"]
+    assert sent["name"] == "send add"
+    assert sent["attributes"]["messaging.message.id"] == job_id
+    app = Conveyor(cli.url)
+    job = await app.get_job(job_id)
+    await app.close()
+    assert job is not None
+    assert job.metadata["traceparent"].split("-")[1:3] == [sent["trace_id"], sent["span_id"]]

@@ -7,6 +7,7 @@ invocations fail with a clear message."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -138,3 +139,33 @@ def test_relay_refuses_an_unknown_role(sqlite_place: Place) -> None:
     )
     assert done.returncode == 2
     assert b"promote: choose from relay, reconciler, dead_letters" in done.stderr
+
+
+def test_relay_logs_json_lines(sqlite_place: Place, tmp_path: Path) -> None:
+    log_path = tmp_path / "relay.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            relay_cmd(sqlite_place, "--dispatch", sqlite_place.dispatch(), "--log-format", "json"),
+            env=env_for(sqlite_place),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "relay started" not in log_path.read_text():
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0, log_path.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    rows = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert rows
+    for row in rows:
+        assert {"time", "level", "logger", "message"} <= set(row)
+    (started,) = [row for row in rows if row["message"].startswith("relay started")]
+    assert started["logger"] == "conveyor.dispatch"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from conveyor.app import Conveyor
 from conveyor.context import JobContext
 from conveyor.retry import Backoff
 from conveyor.tracing import RESERVED_METADATA_KEYS, tracing_live
+from conveyor.workflow import chain, group
 from support.tracing import in_memory_spans, reset_global_provider
 
 
@@ -217,3 +219,98 @@ async def test_each_job_of_a_batch_gets_its_own_consumer_span(
         ("fail", StatusCode.ERROR),
         ("fail", StatusCode.ERROR),
     ]
+
+
+async def test_a_workflow_start_gives_every_job_a_producer_span_in_the_callers_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    app = make_app()
+    with trace.get_tracer("web").start_as_current_span("request") as request:
+        workflow = await app.start(
+            chain(app.step("add", {"a": 1, "b": 2}), group(app.step("add", {"a": 3, "b": 4})))
+        )
+    assert await app.drain() == 2
+    await app.close()
+    trace_id = request.get_span_context().trace_id
+    producers = {
+        (span.attributes or {})["messaging.message.id"]: span
+        for span in by_kind(spans, SpanKind.PRODUCER)
+    }
+    assert set(producers) == {job.id for job in workflow.jobs}
+    for span in producers.values():
+        assert span.parent is not None
+        assert span.parent.span_id == request.get_span_context().span_id
+    consumers = by_kind(spans, SpanKind.CONSUMER)
+    assert len(consumers) == 2
+    for consumer in consumers:
+        job_id = (consumer.attributes or {})["messaging.message.id"]
+        producer_context = producers[job_id].get_span_context()
+        assert consumer.parent is not None
+        assert consumer.parent.span_id == producer_context.span_id
+        assert consumer.get_span_context().trace_id == trace_id
+
+
+async def test_schedule_fires_and_triggers_store_the_context(
+    spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    app = Conveyor(f"sqlite:///{tmp_path / 'jobs.db'}", circuit_threshold=0)
+
+    @app.task("tick")
+    async def tick(ctx: JobContext) -> None: ...
+
+    app.schedule("every-second", cron="* * * * * *", task="tick")
+    scheduler = app.scheduler()
+    await scheduler.sync()
+    backend = await app.connect()
+    await backend.update_schedule(
+        "every-second", next_fire_at=float(int(await backend.now()) - 1), reschedule=True
+    )
+    await scheduler.tick()
+    triggered = await app.schedules.trigger("every-second")
+    jobs = await app.list_jobs(limit=100)
+    assert len(jobs) >= 2
+    assert triggered.id in {job.id for job in jobs}
+    assert await app.drain() == len(jobs)
+    await app.close()
+
+    producers = {
+        (span.attributes or {})["messaging.message.id"]: span
+        for span in by_kind(spans, SpanKind.PRODUCER)
+    }
+    consumers = {
+        (span.attributes or {})["messaging.message.id"]: span
+        for span in by_kind(spans, SpanKind.CONSUMER)
+    }
+    assert set(producers) == set(consumers) == {job.id for job in jobs}
+    for job in jobs:
+        assert job.metadata["schedule"] == "every-second"
+        producer_context = producers[job.id].get_span_context()
+        assert job.metadata["traceparent"].split("-")[1:3] == [
+            f"{producer_context.trace_id:032x}",
+            f"{producer_context.span_id:016x}",
+        ]
+        consumer = consumers[job.id]
+        assert consumer.parent is not None
+        assert consumer.parent.span_id == producer_context.span_id
+
+
+async def test_a_retried_dead_letter_joins_the_original_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    app = make_app()
+    original = await app.enqueue("boom", attempts=1)
+    await app.drain()
+    copy = await app.dlq.retry(original.id)
+    await app.drain()
+    await app.close()
+    (producer,) = by_kind(spans, SpanKind.PRODUCER)  # the retry itself makes none
+    producer_context = producer.get_span_context()
+    attempts = {
+        (span.attributes or {})["messaging.message.id"]: span
+        for span in by_kind(spans, SpanKind.CONSUMER)
+    }
+    assert set(attempts) == {original.id, copy.id}
+    for span in attempts.values():
+        assert span.parent is not None
+        assert span.parent.span_id == producer_context.span_id
+        assert span.get_span_context().trace_id == producer_context.trace_id

@@ -245,7 +245,6 @@ async def run_worker(
 ) -> bool:
     """Run one worker until it stops; True when it stopped past ``max_worker_rss``.
     With ``metrics_at`` (host, port), ``metrics`` are served there by this loop."""
-    log_tasks(app)
     log_jobs(app, quiet)
     lag_probe = None
     server = None
@@ -266,6 +265,7 @@ async def run_worker(
         queues=queues or None, concurrency=concurrency, prefetch=prefetch, burst=burst
     )
     set_worker_id(worker.id)
+    log_tasks(app)  # after the worker id is known: JSON lines name it from the first
     watchdog = None
     if supervisor_pid is not None:
         watchdog = asyncio.create_task(watch_supervisor(worker.stop, supervisor_pid))

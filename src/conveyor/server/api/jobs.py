@@ -15,6 +15,7 @@ from conveyor.server.api.models import EnqueueBody, JobListQuery
 from conveyor.server.auth import Scope
 from conveyor.server.responses import json_response
 from conveyor.server.routing import app_of, path_param, read_body, read_query, route
+from conveyor.tracing import caller_context
 
 
 def job_page(jobs: list[Job], total: int, limit: int, offset: int) -> dict[str, Any]:
@@ -48,7 +49,8 @@ async def enqueue(request: Request) -> Response:
     body = await read_body(request, EnqueueBody)
     app = app_of(request)
     check_task_known(app.tasks, body.task)
-    job = await app.enqueue(body.task, body.payload, **enqueue_options(body))
+    with caller_context(request.headers):
+        job = await app.enqueue(body.task, body.payload, **enqueue_options(body))
     # A live idempotency key returns the existing job: nothing was created.
     return json_response(job.to_dict(), status=200 if job.duplicate else 201)
 

@@ -13,6 +13,7 @@ from conveyor.server.auth import Scope
 from conveyor.server.errors import ApiError
 from conveyor.server.responses import json_response
 from conveyor.server.routing import app_of, path_param, read_body, read_query, route
+from conveyor.tracing import caller_context
 
 if TYPE_CHECKING:
     from conveyor.scheduler.admin import Schedules
@@ -47,7 +48,8 @@ async def resume_schedule(request: Request) -> Response:
 
 
 async def trigger_schedule(request: Request) -> Response:
-    job = await _schedules(request).trigger(path_param(request, "name"))
+    with caller_context(request.headers):
+        job = await _schedules(request).trigger(path_param(request, "name"))
     return json_response(job.to_dict(), status=201)
 
 

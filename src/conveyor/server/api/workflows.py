@@ -27,6 +27,7 @@ from conveyor.server.auth import Scope
 from conveyor.server.errors import ApiError
 from conveyor.server.responses import json_response
 from conveyor.server.routing import app_of, path_param, read_json, route, validate_body
+from conveyor.tracing import caller_context
 from conveyor.workflow import Node, Step, Workflow, chain, chord, group
 
 
@@ -88,7 +89,8 @@ async def start_workflow(request: Request) -> Response:
     root = _to_node(body, tasks)
     for task in sorted(tasks):  # refused before anything is stored
         check_task_known(app.tasks, task)
-    workflow = await app.start(root)
+    with caller_context(request.headers):
+        workflow = await app.start(root)
     return json_response(workflow_dict(workflow), status=201)
 
 
