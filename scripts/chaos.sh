@@ -32,7 +32,14 @@ quick=""
 [[ "${1:-}" == "--quick" ]] && quick=1
 [[ -x "$PY" ]] || die "no virtual environment at $VENV: run scripts/test.sh once, or set CONVEYOR_VENV"
 
-trap services_down EXIT
+sampler=""
+stop_sampler() {
+    [[ -n "$sampler" ]] || return 0
+    kill "$sampler" 2>/dev/null || true
+    wait "$sampler" 2>/dev/null || true
+    sampler=""
+}
+trap 'stop_sampler; services_down' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 ensure_postgres
@@ -45,6 +52,13 @@ export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 
 rows="$(mktemp -t conveyor-chaos.XXXXXX.jsonl)"
 export CONVEYOR_CHAOS_REPORT="$rows"
+# The host's load while the suite ran (it shares the CPU with whatever else
+# runs): the 1-minute load average every 30 s, for the report's header.
+loads="$(mktemp -t conveyor-chaos-load.XXXXXX)"
+( while :; do cut -d' ' -f1 /proc/loadavg >>"$loads"; sleep 30; done ) &
+sampler=$!
+started_at="$(date -u +%H:%M)"
+started_s="$(date +%s)"
 rc=0
 log "chaos tests, quick variants"
 run_fg "$PY" -m pytest -q -p no:cacheprovider -ra tests/integration/test_chaos_*.py || rc=$?
@@ -56,9 +70,15 @@ if [[ -z "$quick" ]]; then
         tests/integration/test_chaos_slow_link.py tests/integration/test_chaos_hosts.py || rc=$?
 fi
 
+stop_sampler
+minutes=$(( ($(date +%s) - started_s + 30) / 60 ))
+load="$(sort -n "$loads" | awk '{v[NR]=$1} END {if (NR) printf "median %s, max %s over %d samples", v[int((NR+1)/2)], v[NR], NR}')"
+kind="full"
+[[ -n "$quick" ]] && kind="quick (--quick)"
+note="Every row from one $kind \`scripts/chaos.sh\` run, $started_at-$(date -u +%H:%M) UTC ($minutes min), on $(nproc) cores shared with other work: 1-minute load average ${load:-not sampled} (every 30 s)."
 log "docs/reliability.md"
 report_rc=0
-"$PY" scripts/chaos_report.py "$rows" docs/reliability.md --pytest-rc "$rc" || report_rc=$?
-rm -f "$rows"
+"$PY" scripts/chaos_report.py "$rows" docs/reliability.md --pytest-rc "$rc" --note "$note" || report_rc=$?
+rm -f "$rows" "$loads"
 [[ $report_rc == 0 ]] || die "the chaos report has failures (see docs/reliability.md)"
 ok "chaos: every row passed"

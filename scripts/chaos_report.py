@@ -32,6 +32,14 @@ hand; run the script again.
   mode, which measures what asynchronous replication gives up: there a lost
   job must have been acknowledged within the replica's lag before the kill,
   and the cell shows the loss out of the enqueues acknowledged in that window.
+  Store restarts: a claim the store ran whose answer the restart cut off
+  leaves jobs leased to a worker that never got them; they are recovered when
+  the lease ends, which spends an attempt (G5). The note counts these
+  recoveries; a job that every attempt reached only this way fails `stalled`
+  without ever running, and is named in the note, not counted lost. An
+  attempt the worker did run must never be recovered (it renews the leases of
+  all it holds, outcomes not stored yet included), nor may anything else end
+  other than `completed`.
 - **Duplicated**: jobs whose handler ran more than once. **Bound**: what G2
   allows for this fault. Kills: the jobs the killed workers held (running or
   prefetched) at the moment of the kill, snapshotted from the store; every

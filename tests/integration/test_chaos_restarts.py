@@ -18,17 +18,19 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from chaos_apps.recorder import Run
 from chaos_helpers import Cluster, Proc, get_jobs, long_run, report
 from postgres_servers import OwnServer
 from redis_servers import RedisServer
 
-from conveyor.job import JobState
+from conveyor import FailureReason
+from conveyor.job import Job, JobState
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +39,8 @@ CONCURRENCY = 8
 PREFETCH = 2
 #: Long enough to ride out a restart (renewals fail meanwhile), short enough
 #: that a claim whose reply the kill cut off is recovered quickly.
-WORKER_ENV = {"CONVEYOR_LEASE": "5s", "CONVEYOR_PREFETCH": str(PREFETCH)}
+LEASE = 5.0
+WORKER_ENV = {"CONVEYOR_LEASE": f"{LEASE:g}s", "CONVEYOR_PREFETCH": str(PREFETCH)}
 #: How long the store stays down at each restart.
 DOWN_SECONDS = 0.5
 
@@ -125,7 +128,7 @@ async def test_store_restarts_with_idempotency_keys_in_flight(tmp_path: Path, st
             cluster.spawn("producer", producer_argv(out, keys, seed))
             for seed, out in zip((1, 2), outs, strict=True)
         ]
-        downtime = 0.0
+        outages: list[float] = []
         for n in range(1, restarts + 1):
             target = 2 * keys * n // (restarts + 1)
 
@@ -136,12 +139,12 @@ async def test_store_restarts_with_idempotency_keys_in_flight(tmp_path: Path, st
             await cluster.wait_until(produced, 120, f"the producers reached {target} acks")
             started = time.monotonic()
             await restart()
-            downtime += time.monotonic() - started
+            outages.append(time.monotonic() - started)
         for producer in producers:
             assert await producer.wait_exit(180, "(producing through the restarts)") == 0, (
                 producer.tail()
             )
-        await check_and_report(cluster, Acks.read(outs), keys, restarts, worker, downtime)
+        await check_and_report(cluster, Acks.read(outs), keys, worker, outages)
 
 
 def producer_argv(out: Path, keys: int, seed: int) -> list[str]:
@@ -155,27 +158,43 @@ def check_producers(producers: list[Proc]) -> None:
 
 
 async def check_and_report(
-    cluster: Cluster, acks: Acks, keys: int, restarts: int, worker: Proc, downtime: float
+    cluster: Cluster, acks: Acks, keys: int, worker: Proc, outages: list[float]
 ) -> None:
+    restarts = len(outages)
     app = await cluster.app()
     torn = {key: ids for key, ids in acks.ids.items() if len(ids) > 1}
     ids = [next(iter(found)) for found in acks.ids.values()]
 
     async def drained() -> bool:
         jobs = await get_jobs(app, ids)
-        return all(job.state is JobState.COMPLETED for job in jobs.values())
+        return len(jobs) == len(ids) and all(job.is_terminal for job in jobs.values())
 
-    await cluster.wait_until(drained, 120, "the acknowledged jobs did not all complete", 0.2)
+    await cluster.wait_until(drained, 120, "the acknowledged jobs did not all end", 0.2)
     stored = await get_jobs(app, ids)
+    runs = cluster.runs()
+    recoveries = Recoveries.of(stored.values(), runs)
+    # G5's limit, not a loss: every attempt of such a job was spent by a claim
+    # a restart cut off (stored, its answer lost), so the worker never had it.
+    spent = recoveries.spent_by_cut_claims
     lost = [job_id for job_id in ids if job_id not in stored]
+    unfinished = [
+        job_id
+        for job_id, job in stored.items()
+        if job.state is not JobState.COMPLETED and job_id not in spent
+    ]
     total = await app.count_jobs()
-    counts = cluster.run_counts()
+    counts = Counter(run.job_id for run in runs)
     duplicated = sum(1 for job_id in ids if counts[job_id] > 1)
     # Only what the worker held at a restart (running or prefetched) may run twice.
     bound = restarts * (CONCURRENCY + PREFETCH)
     failed_calls = sum(acks.errors.values())
+    # A live worker keeps the leases of what it holds (outcomes not stored yet
+    # included) through an outage well within the lease: then only a claim
+    # whose answer a restart cut off may be recovered.
+    renewable = max(outages) < LEASE / 2
     passed = (
-        not (torn or lost)
+        not (torn or lost or unfinished)
+        and not (renewable and recoveries.of_runs)
         and len(acks.ids) == keys
         and total == keys
         and duplicated <= bound
@@ -187,21 +206,74 @@ async def check_and_report(
         cluster.store,
         jobs=keys,
         faults=restarts,
-        lost=len(lost) + max(0, keys - len(acks.ids)),
+        lost=len(lost) + len(unfinished) + max(0, keys - len(acks.ids)),
         duplicated=duplicated,
         bound=bound,
         passed=passed,
         note=(
             f"{total} jobs for {keys} keys; {failed_calls} failed calls retried "
-            f"with their keys; {acks.duplicates} answered as duplicates"
+            f"with their keys; {acks.duplicates} answered as duplicates; "
+            f"{recoveries.cut_claims} attempts recovered from claims cut off, "
+            f"{len(recoveries.of_runs)} from runs; "
+            f"{len(spent)} failed stalled, every attempt cut off (G5); "
+            f"longest outage {max(outages):.1f}s"
         ),
     )
-    print(f"{cluster.store}: down {downtime:.1f}s in all, errors {dict(acks.errors)}")
+    print(f"{cluster.store}: down {sum(outages):.1f}s in all, errors {dict(acks.errors)}")
     assert failed_calls > 0, "no producer call failed: the restarts never bit"
     assert set(acks.errors) <= {"BackendUnavailable"}, f"untyped errors: {dict(acks.errors)}"
     assert len(acks.ids) == keys, f"{keys - len(acks.ids)} key(s) never acknowledged"
     assert not torn, f"{len(torn)} key(s) acknowledged with different jobs: {list(torn)[:3]}"
     assert not lost, f"{len(lost)} acknowledged job(s) are not in the store (G1)"
+    assert not unfinished, describe_unfinished(stored, unfinished, counts)
+    assert not (renewable and recoveries.of_runs), (
+        f"{len(recoveries.of_runs)} attempt(s) the worker ran were recovered as "
+        f"stalled though no outage lasted {LEASE / 2:g}s: {recoveries.of_runs[:5]}"
+    )
     assert total == keys, f"{total} jobs stored for {keys} keys (G7)"
     assert duplicated <= bound, f"{duplicated} jobs ran twice, bound {bound} (G2)"
     assert worker.alive, f"the worker died instead of reconnecting\n{worker.tail(40)}"
+
+
+@dataclass
+class Recoveries:
+    """The stall recoveries of the test's jobs, each by the attempt it ended:
+    one whose handler never ran (the worker never got the claim's answer) or
+    one the worker ran (``(job id, attempt)``: it should have kept the lease)."""
+
+    cut_claims: int = 0
+    of_runs: list[tuple[str, int]] = field(default_factory=list)
+    spent_by_cut_claims: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, jobs: Iterable[Job], runs: Iterable[Run]) -> Recoveries:
+        ran = {(run.job_id, run.attempt) for run in runs}
+        found = cls()
+        for job in jobs:
+            stalled = [e.attempt for e in job.errors if e.reason == FailureReason.STALLED.value]
+            for attempt in stalled:
+                if (job.id, attempt) in ran:
+                    found.of_runs.append((job.id, attempt))
+                else:
+                    found.cut_claims += 1
+            if (
+                job.state is JobState.FAILED
+                and job.failure_reason is FailureReason.STALLED
+                and len(job.errors) == job.attempts
+                and sorted(stalled) == list(range(1, job.attempts + 1))
+                and not any(job_id == job.id for job_id, _ in ran)
+            ):
+                found.spent_by_cut_claims.add(job.id)
+        return found
+
+
+def describe_unfinished(stored: dict[str, Job], unfinished: list[str], runs: Counter[str]) -> str:
+    lines = [f"{len(unfinished)} acknowledged job(s) did not complete:"]
+    for job_id in unfinished[:5]:
+        job = stored[job_id]
+        history = [(e.type, e.attempt, e.reason) for e in job.errors]
+        lines.append(
+            f"  {job_id}: {job.state.value} ({job.failure_reason}), attempts "
+            f"{job.attempts}, stalls {job.stalls}, runs {runs[job_id]}, errors {history}"
+        )
+    return "\n".join(lines)

@@ -235,6 +235,43 @@ async def test_settle_errors_are_retried_and_the_outcome_is_stored_once(stack: S
     assert runs == [1]
 
 
+async def test_an_outcome_the_store_refuses_for_longer_than_the_lease_keeps_its_lease(
+    stack: Stack,
+) -> None:
+    """A job that finished while the store cannot take outcomes (a restart, an
+    outage) keeps its lease renewed until its outcome is stored: the stall
+    reaper, which runs meanwhile, must not recover it and run it again, nor
+    spend an attempt on it."""
+    app = stack.app(lease="0.6s", stall_interval="0.1s")
+    recorder = Recorder(app, "stalled")
+    backend = await app.connect()
+    original = backend.settle_jobs
+    refused_until: list[float] = []
+    runs: list[int] = []
+
+    async def unavailable(*args: Any, **kwargs: Any) -> Any:
+        if not refused_until:  # from the first outcome on, for four leases
+            refused_until.append(asyncio.get_running_loop().time() + 2.4)
+        if asyncio.get_running_loop().time() < refused_until[0]:
+            raise BackendUnavailable("settle cannot get through")
+        return await original(*args, **kwargs)
+
+    backend.settle_jobs = unavailable  # type: ignore[method-assign]
+
+    @app.task("finished.early")
+    async def finished_early(ctx: JobContext) -> int:
+        runs.append(ctx.job.attempts)
+        return 7
+
+    job = await finished_early.enqueue()
+    async with running(app):
+        assert await job.wait(timeout=15) == 7
+    done = await settled(job)
+    assert runs == [1]
+    assert (done.attempts, done.stalls, done.errors) == (1, 0, [])
+    assert recorder.of("stalled") == []
+
+
 async def test_a_dead_side_role_stops_the_worker_loudly(stack: Stack) -> None:
     from conveyor.worker.worker import WorkerCrashed
 

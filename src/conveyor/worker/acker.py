@@ -14,13 +14,20 @@ from conveyor.job import Job
 
 logger = logging.getLogger("conveyor.worker")
 
+#: Pauses between retries of a failed flush: doubling from the first to the last.
+RETRY_FIRST = 0.05
+RETRY_MAX = 2.0
+
 
 class Acker:
     """Settlements wait here until the next flush; one flush = one round trip.
 
     While a flush is in flight new outcomes gather, so batches grow with load
     by themselves. A failed flush is retried: settlements are fenced by their
-    lease token, so sending one twice is harmless.
+    lease token, so sending one twice is harmless. Until an outcome is stored
+    its job's lease is still needed: :meth:`unsettled` names them for the
+    lease keeper to renew, or a store outage longer than the lease would have
+    the job recovered and run again though it finished here.
     """
 
     def __init__(
@@ -41,6 +48,8 @@ class Acker:
         self._on_cancelled = on_cancelled
         self._on_stored = on_stored
         self._pending: list[tuple[Settlement, Job]] = []
+        #: The batch whose ``settle_jobs`` call is out (retried while it fails).
+        self._in_flight: list[tuple[Settlement, Job]] = []
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -81,6 +90,10 @@ class Acker:
                 waiting.append((target, future))
         self._answer_waiters = waiting
 
+    def unsettled(self) -> list[tuple[str, str]]:
+        """``(job id, lease token)`` of every outcome not stored yet, sent or not."""
+        return [(s.job_id, s.lease_token) for s, _ in (*self._in_flight, *self._pending)]
+
     @property
     def pending(self) -> int:
         return len(self._pending)
@@ -97,9 +110,10 @@ class Acker:
             await self._flush_pending()
 
     async def _flush_pending(self) -> None:
-        delay = 0.05
+        delay = RETRY_FIRST
         while self._pending:
             batch, self._pending = self._pending, []
+            self._in_flight = batch
             events = (
                 self._events if self._events is not None and self._events.has("settled") else None
             )
@@ -109,9 +123,14 @@ class Acker:
             except (BackendError, OSError) as exc:
                 logger.warning("could not store %d outcomes, retrying: %s", len(batch), exc)
                 self._pending[:0] = batch
+                self._in_flight = []
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, RETRY_MAX)
                 continue
+            self._in_flight = []
+            # Under steady load this loop may never end: the next outage must
+            # start again from a short pause, not the longest one.
+            delay = RETRY_FIRST
             if events is not None:
                 events.emit("settled", count=len(batch), seconds=time.perf_counter() - sent_at)
             # Before the callbacks below (they may await): a claim loop waiting

@@ -3,7 +3,9 @@ them when it can't (G4).
 
 Every tick it: interrupts jobs whose local lease deadline passed (renewals
 failed for too long: another worker may soon claim them); renews all leases
-when a renewal is due; asks the backend which running jobs have a cancel
+when a renewal is due, those of finished jobs whose outcome is not stored yet
+included (a store outage must not have a job this worker finished recovered
+and run again); asks the backend which running jobs have a cancel
 request; saves progress reported since the last tick. Each is one round trip
 for the whole batch.
 """
@@ -32,8 +34,11 @@ class LeaseKeeper:
         lease: float,
         on_cancel_request: Callable[[str], None],
         events: EventBus | None = None,
+        unsettled: Callable[[], Sequence[tuple[str, str]]] = lambda: (),
     ) -> None:
         self._backend = backend
+        #: ``(job id, lease token)`` of finished jobs whose outcome is not stored yet.
+        self._unsettled = unsettled
         self._events = events
         self._worker_id = worker_id
         #: Running jobs and buffered ones: both hold leases.
@@ -73,7 +78,7 @@ class LeaseKeeper:
     async def _upkeep(self) -> None:
         while True:
             await asyncio.sleep(self.tick)
-            if not any(self._held):
+            if not any(self._held) and not self._unsettled():
                 continue
             now = time.monotonic()
             try:
@@ -112,13 +117,20 @@ class LeaseKeeper:
 
     async def _renew(self, sent_at: float) -> None:
         runs = [r for r in self._runs() if r.stop_reason != "lease_lost"]
-        if not runs:
+        leases = {r.job.id: r.job.lease_token or "" for r in runs}
+        # An outcome being stored still needs its lease; once stored (or
+        # refused) the renewal reports it lost, which asks nothing of us.
+        for job_id, token in self._unsettled():
+            leases.setdefault(job_id, token)
+        if not leases:
             return
         self._renew_started = time.perf_counter()
         result = await self._backend.renew_leases(
-            self._worker_id, [(r.job.id, r.job.lease_token or "") for r in runs], self._lease
+            self._worker_id, list(leases.items()), self._lease
         )
-        self._report_renewal(len(result.renewed), len(result.lost), None)
+        # Counted over held jobs only: an outcome stored meanwhile reads "lost".
+        held = {r.job.id for r in runs}
+        self._report_renewal(len(held & set(result.renewed)), len(held & set(result.lost)), None)
         self._last_renew = sent_at
         deadline = self.trusted_until(sent_at)
         for run in runs:

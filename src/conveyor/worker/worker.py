@@ -259,6 +259,7 @@ class Worker:
             self.settings.lease,
             self.request_cancel,
             events=runtime.events,
+            unsettled=self.acker.unsettled,
         )
         self.stats = StatsReporter(backend, self.settings.stats_flush_interval)
         faults.install(self)  # test-only fault injection; nothing unless asked for
