@@ -1,7 +1,8 @@
 """The relay: publishes due jobs that have no message yet, with publisher
 confirms. A batch is marked dispatched in the store first (one statement,
-SKIP LOCKED: many relays are safe), then published; what the broker did not
-confirm is marked undispatched again. A relay that dies between the two leaves
+SKIP LOCKED: many relays are safe), then published as one message per queue
+and job expiry, naming its jobs; what the broker did not confirm is marked
+undispatched again. A relay that dies between the two leaves
 jobs the reconciler republishes.
 
 Idle, it sleeps until the store's NOTIFY says new work was committed (its own
@@ -42,6 +43,17 @@ LISTEN_RETRY = 5.0
 WAKE_GRACE = 0.003
 
 
+def batches(
+    items: list[Dispatchable],
+) -> dict[tuple[str, float | None], list[Dispatchable]]:
+    """The jobs of one message: same queue and same expiry (a message's
+    expiration dead-letters every job it names), in take order."""
+    groups: dict[tuple[str, float | None], list[Dispatchable]] = {}
+    for item in items:
+        groups.setdefault((item.queue, item.expires_at), []).append(item)
+    return groups
+
+
 class Relay:
     def __init__(
         self,
@@ -64,12 +76,12 @@ class Relay:
 
     @property
     def published(self) -> int:
-        """Messages the broker confirmed."""
+        """Jobs whose message the broker confirmed."""
         return self.counts.total("message", "confirmed")
 
     @property
     def failed(self) -> int:
-        """Messages given back: returned unroutable, nacked or never confirmed."""
+        """Jobs given back: their message returned unroutable, nacked or never confirmed."""
         return self.counts.total("message", "returned") + self.counts.total(
             "message", "unconfirmed"
         )
@@ -106,18 +118,21 @@ class Relay:
                 self._declared.add(queue)
             now = time.time()
             exchange = channel.default_exchange
+            groups = batches(items)
             self.counts.add("message", "published", len(items))
             results = await asyncio.gather(
                 *(
                     exchange.publish(
-                        encode(item, now), routing_key=self.options.queue_name(item.queue)
+                        encode(queue, group, now), routing_key=self.options.queue_name(queue)
                     )
-                    for item in items
+                    for (queue, _), group in groups.items()
                 ),
                 return_exceptions=True,
             )
-            unsent = [i for i, r in zip(items, results, strict=True) if isinstance(r, Exception)]
-            returned = sum(isinstance(r, PublishError) for r in results)
+            for group, result in zip(groups.values(), results, strict=True):
+                if isinstance(result, Exception):
+                    unsent.extend(group)
+                    returned += len(group) if isinstance(result, PublishError) else 0
         except BaseException:
             unsent = items
             raise
