@@ -307,10 +307,10 @@ async def test_an_idle_relay_wakes_on_the_stores_notify_and_when_a_job_comes_due
         takes = 0
         take = relay.store.take
 
-        async def counted(limit: int) -> list[Any]:
+        async def counted(limit: int, min_age: float = 0.0) -> list[Any]:
             nonlocal takes
             takes += 1
-            return await take(limit)
+            return await take(limit, min_age)
 
         relay.store.take = counted  # type: ignore[method-assign]
         await relay.start()

@@ -7,7 +7,9 @@ jobs the reconciler republishes.
 
 Idle, it sleeps until the store's NOTIFY says new work was committed (its own
 LISTEN connection), or the next undispatched job comes due, or ``BACKSTOP``
-at most; while that LISTEN is down it looks every ``IDLE_WAIT``."""
+at most; while that LISTEN is down it looks every ``IDLE_WAIT``. It takes a
+job once it has been due ``PUBLISH_AGE``: until then a worker woken by the
+store claims it without a message."""
 
 from __future__ import annotations
 
@@ -35,12 +37,14 @@ IDLE_WAIT = 0.02
 BACKSTOP = 1.0
 #: Between attempts to start the LISTEN after one failed.
 LISTEN_RETRY = 5.0
-#: After a wake-up, before the take: workers woken by the same NOTIFY claim
-#: fresh jobs in a millisecond or two. Taking at once would lock those rows
-#: under their claims (a claim skips locked rows) and send each job the long
-#: way round, through a publish and a delivery; after the grace, what a claim
-#: took needs no message at all.
-WAKE_GRACE = 0.003
+#: How long a job is due before the relay takes it: workers woken by the
+#: store's own NOTIFY claim a fresh job within milliseconds (tens on a loaded
+#: host). A take at that moment would lock the row under their claim (a claim
+#: skips locked rows) and send the job the long way round, through a publish
+#: and a delivery; a job a claim took first needs no message at all. Counted
+#: on the job's due time in the take itself, so a relay woken late or early
+#: never takes a job younger than this.
+PUBLISH_AGE = 0.05
 
 
 def batches(
@@ -62,8 +66,10 @@ class Relay:
         options: DispatchOptions,
         worker_queue_ttl: float,
         counts: DispatchCounts | None = None,
+        min_age: float = PUBLISH_AGE,
     ) -> None:
         self.store = store
+        self.min_age = min_age
         self.connection = connection
         self.options = options
         self.worker_queue_ttl = worker_queue_ttl
@@ -107,7 +113,7 @@ class Relay:
 
         channel = await self._open()
         await self.store.ensure_index()
-        items = await self.store.take(self.options.relay_batch)
+        items = await self.store.take(self.options.relay_batch, self.min_age)
         if not items:
             return 0
         unsent: list[Dispatchable] = []
@@ -180,7 +186,7 @@ class Relay:
             return IDLE_WAIT
         if due is None:
             return BACKSTOP
-        return min(BACKSTOP, max(IDLE_WAIT, due - time.time()))
+        return min(BACKSTOP, max(IDLE_WAIT, due + self.min_age - time.time()))
 
     async def run(self) -> None:
         try:
@@ -212,4 +218,6 @@ class Relay:
             wait = await self._idle_wait()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
-                await asyncio.sleep(WAKE_GRACE)
+            if self._wake.is_set() and self.min_age > 0:
+                # Woken by new work: it is old enough to take PUBLISH_AGE later.
+                await asyncio.sleep(self.min_age)
