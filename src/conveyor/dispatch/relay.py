@@ -216,8 +216,12 @@ class Relay:
             if taken >= self.options.relay_batch:
                 continue
             wait = await self._idle_wait()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow
+            # a cancel that lands as the wake-up does (the relay then outlives
+            # its dispatcher's close, which waits for it forever).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
             if self._wake.is_set() and self.min_age > 0:
                 # Woken by new work: it is old enough to take PUBLISH_AGE later.
                 await asyncio.sleep(self.min_age)
