@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 import aio_pika
+import orjson
 import pytest
 from rabbitmq_fixtures import Place, amqp_url, place, sqlite_place
 from worker_fixtures import running
@@ -123,7 +124,7 @@ async def test_enqueue_with_the_broker_down_is_published_once_it_is_back(place: 
         await relay.start()
         try:
             await wait_until(lambda: _published(relay, 3), 10)
-            assert await place.message_count("default") == 3
+            assert await place.message_count("default") == 1  # one message names the three
         finally:
             await relay.close()
         for job in jobs:
@@ -307,10 +308,10 @@ async def test_an_idle_relay_wakes_on_the_stores_notify_and_when_a_job_comes_due
         takes = 0
         take = relay.store.take
 
-        async def counted(limit: int) -> list[Any]:
+        async def counted(limit: int, min_age: float = 0.0) -> list[Any]:
             nonlocal takes
             takes += 1
-            return await take(limit)
+            return await take(limit, min_age)
 
         relay.store.take = counted  # type: ignore[method-assign]
         await relay.start()
@@ -344,7 +345,7 @@ async def test_a_resumed_queue_has_its_waiting_jobs_published_again(any_place: P
         await relay.start()
         try:
             await wait_until(lambda: _published(relay, 3), 10)
-            assert await place.message_count("default") == 3
+            assert await place.message_count("default") == 1  # one message names the three
             connection = await aio_pika.connect(place.amqp_url)
             async with connection:  # what a worker of the paused queue did
                 channel = await connection.channel()
@@ -353,7 +354,7 @@ async def test_a_resumed_queue_has_its_waiting_jobs_published_again(any_place: P
             assert await place.message_count("default") == 0
             await app.resume_queue("default")
             await wait_until(lambda: _published(relay, 6), 10)
-            assert await place.message_count("default") == 3
+            assert await place.message_count("default") == 1
         finally:
             await relay.close()
         for job in jobs:
@@ -362,3 +363,59 @@ async def test_a_resumed_queue_has_its_waiting_jobs_published_again(any_place: P
             assert stored.state is JobState.WAITING
     finally:
         await app.close()
+
+
+async def test_a_batch_dead_letter_fails_each_job_it_names_that_is_still_current(
+    any_place: Place,
+) -> None:
+    # One message names a relay's batch; its dead letter fences each job on its
+    # own: a job whose current dispatch is another stamp is left alone.
+    place = any_place
+    app = make_app(place)
+    try:
+        backend = await app.runtime.connect()
+        store = backend.dispatch_store()  # type: ignore[attr-defined]
+        jobs = [await app.enqueue("work", {"n": i}) for i in range(3)]
+        await store.ensure_index()  # the relay's, which SQLite's take names
+        stamps = {item.id: item.stamp for item in await store.take(10)}
+        assert set(stamps) == {job.id for job in jobs}
+        handler = Dispatcher(
+            place.dispatch(), backend, worker_queue_ttl=1.0, roles=("dead_letters",)
+        )
+        await handler.start()
+        try:
+            await wait_until(lambda: _has_handler(handler), 10)
+            named = [[job.id, stamps[job.id]] for job in jobs[:2]]
+            named.append([jobs[2].id, stamps[jobs[2].id] - 1.0])  # an earlier dispatch
+            death = {"reason": "expired", "queue": f"{place.prefix}worker.gone"}
+            connection = await aio_pika.connect(place.amqp_url)
+            async with connection:
+                channel = await connection.channel()
+                exchange = await channel.get_exchange(f"{place.prefix}dead-letter")
+                body = orjson.dumps({"queue": "worker.gone", "jobs": named})
+                message = aio_pika.Message(body, headers={"x-death": [death]})
+                await exchange.publish(message, routing_key="")
+            await wait_until(lambda: _handled(handler, 3), 10)
+            assert handler.dead_letters is not None
+            assert (handler.dead_letters.expired, handler.dead_letters.ignored) == (2, 1)
+            await wait_until(lambda: _empty(place, "dead-letters"), 10)
+        finally:
+            await handler.close()
+        for job in jobs[:2]:
+            failed = await app.get_job(job.id)
+            assert failed is not None
+            assert failed.state is JobState.FAILED
+            assert failed.failure_reason is not None
+            assert failed.failure_reason.value == "expired"
+            assert failed.error is not None
+            assert "x-death reason 'expired'" in failed.error.message
+        left = await app.get_job(jobs[2].id)
+        assert left is not None
+        assert left.state is JobState.WAITING
+    finally:
+        await app.close()
+
+
+async def _handled(dispatcher: Dispatcher, n: int) -> bool:
+    letters = dispatcher.dead_letters
+    return letters is not None and letters.expired + letters.ignored >= n

@@ -124,18 +124,23 @@ async def test_a_broker_restart_under_two_producers_and_two_workers_loses_nothin
             # both consumers are back and deliver new work.
             await wait_until(lambda: not (w1.active or w2.active), 10, "workers idle")
             delivered = [consumer_of(w).delivered for w in (w1, w2)]
-            await asyncio.gather(*(produce(p, 20, acknowledged) for p in producers))
-            await all_completed(producers[0], acknowledged, timeout=15)
+            # A message names every job a relay took at once, so a round may
+            # be a handful of messages: rounds until both got one (at most 4).
             # (A claim woken by one delivery may take jobs not yet published.)
-            now = [consumer_of(w).delivered for w in (w1, w2)]
+            for _ in range(4):
+                await asyncio.gather(*(produce(p, 10, acknowledged) for p in producers))
+                await all_completed(producers[0], acknowledged, timeout=15)
+                now = [consumer_of(w).delivered for w in (w1, w2)]
+                if now[0] > delivered[0] and now[1] > delivered[1]:
+                    break
             assert now[0] > delivered[0]  # the broker alternates between them
             assert now[1] > delivered[1]
             # Every message was consumed and acknowledged (while the workers run:
             # a stopping worker's unacknowledged deliveries go back to the queue).
             await eventually_empty(place, "default")
-        assert len(acknowledged) == 840
+        assert len(acknowledged) >= 820
         assert during > 0, "producers kept enqueueing while the broker was down"
-        assert len(ran) == 840
+        assert len(ran) == len(acknowledged)
         assert set(ran.values()) == {1}, "a job ran twice"
     finally:
         for app in apps:

@@ -124,17 +124,18 @@ async def test_health_metrics_cli_and_dashboard_report_the_broker(
 
     scrape = (await client.get("/metrics")).text
     assert metric(scrape, "conveyor_dispatch_lag_seconds") == 0.0
-    assert metric(scrape, 'conveyor_broker_queue_messages{queue="default"}') == 3.0
+    # One message names the three jobs (the relay publishes a message per batch).
+    assert metric(scrape, 'conveyor_broker_queue_messages{queue="default"}') == 1.0
     assert metric(scrape, 'conveyor_broker_queue_consumers{queue="default"}') == 0.0
     assert metric(scrape, "conveyor_broker_dead_letters") == 0.0
 
     rows = {row["name"]: row for row in await cli_queues(place, place.dispatch())}
     assert rows["default"]["counts"]["waiting"] == 3
-    assert rows["default"]["broker"] == {"messages": 3, "consumers": 0}
+    assert rows["default"]["broker"] == {"messages": 1, "consumers": 0}
 
     page = await client.get("/queues")
     assert page.status_code == 200
-    assert '<td class="num" data-broker>3</td>' in page.text
+    assert '<td class="num" data-broker>1</td>' in page.text
 
 
 async def test_with_the_broker_down_each_view_says_so_and_the_store_still_answers(

@@ -92,6 +92,7 @@ class Dispatched:
                     self.dispatcher.options,
                     WORKER_QUEUE_TTL,
                     self.dispatcher.counts,
+                    min_age=0.0,  # in step: every due job, however fresh
                 )
             while await self.relay.run_once() >= self.relay.options.relay_batch:
                 pass

@@ -2,19 +2,20 @@
 ways: a ``dispatch`` event per count, from which a worker's ``--metrics-port``
 builds its metrics (worker/metrics.py), and, flushed about once a second, the
 store's running totals, which ``conveyor serve``'s ``/metrics`` reads for every
-process at once.
+process at once. The relay's and the handler's per-job outcomes count jobs
+(a message names a batch); the consumer's count deliveries.
 
 | kind | outcome | counted by |
 | --- | --- | --- |
-| ``message`` | ``published`` | relay, a message sent to the broker |
-| ``message`` | ``confirmed`` | relay, the broker confirmed it |
-| ``message`` | ``returned`` | relay, no queue took it (unroutable): given back |
-| ``message`` | ``unconfirmed`` | relay, nacked or its channel lost: given back |
+| ``message`` | ``published`` | relay, a job named in a message sent to the broker |
+| ``message`` | ``confirmed`` | relay, the broker confirmed its message |
+| ``message`` | ``returned`` | relay, no queue took its message (unroutable): given back |
+| ``message`` | ``unconfirmed`` | relay, its message nacked or its channel lost: given back |
 | ``message`` | ``reconciled`` | reconciler, a due job's message gone: republished |
-| ``message`` | ``delivered`` | consumer, a delivery to this worker |
+| ``message`` | ``delivered`` | consumer, a delivery (one message) to this worker |
 | ``message`` | ``redelivered`` | consumer, of those, one the broker had sent before |
-| ``dead_letter`` | ``expired`` | dead-letter handler, the job failed ``expired`` |
-| ``dead_letter`` | ``ignored`` | dead-letter handler, the job had moved on (fenced) |
+| ``dead_letter`` | ``expired`` | dead-letter handler, a job it names failed ``expired`` |
+| ``dead_letter`` | ``ignored`` | dead-letter handler, a job it names had moved on (fenced) |
 | ``dead_letter`` | ``dropped`` | dead-letter handler, a malformed letter |
 | ``dead_letter`` | ``requeued`` | dead-letter handler, a store error: letter requeued |
 """

@@ -1,6 +1,6 @@
 """The dead-letter handler: consumes the broker's dead-letter queue. A letter
-whose dispatch is still the job's current one, for a job still due and
-unclaimed, fails the job ``expired`` with the broker's reason (from
+names a batch of jobs; each whose dispatch is still the job's current one,
+still due and unclaimed, fails ``expired`` with the broker's reason (from
 ``x-death``); any other job is left alone (the SQL fences it). A malformed
 letter is logged and dropped; a store error requeues the letter."""
 
@@ -58,19 +58,30 @@ class DeadLetterHandler:
             await message.ack()
             return
         reason = death_reason(dict(message.headers or {}))
-        try:
-            job = await self.store.expire(envelope.job_id, envelope.stamp, reason)
-        except (BackendError, OSError) as exc:
-            logger.warning("dead letter of job %s requeued: %s", envelope.job_id, exc)
+        # A message names a batch: each job is fenced on its own, the expiries
+        # sent together. After a store error the whole letter goes back; the
+        # jobs failed already are fenced (ignored) when it comes again.
+        results = await asyncio.gather(
+            *(self.store.expire(job_id, stamp, reason) for job_id, stamp in envelope.jobs),
+            return_exceptions=True,
+        )
+        failed = False
+        for (job_id, _), result in zip(envelope.jobs, results, strict=True):
+            if isinstance(result, BackendError | OSError):
+                logger.warning("dead letter of job %s requeued: %s", job_id, result)
+                failed = True
+            elif isinstance(result, BaseException):
+                raise result
+            elif result is None:
+                self.counts.add("dead_letter", "ignored")
+            else:
+                self.counts.add("dead_letter", "expired")
+                if self.events is not None:
+                    self.events.emit("expired", job=result)
+                    self.events.emit("dead", job=result, reason="expired", error=result.error)
+        if failed:
             self.counts.add("dead_letter", "requeued")
             await asyncio.sleep(REQUEUE_DELAY)
             await message.nack(requeue=True)
             return
         await message.ack()
-        if job is None:
-            self.counts.add("dead_letter", "ignored")
-            return
-        self.counts.add("dead_letter", "expired")
-        if self.events is not None:
-            self.events.emit("expired", job=job)
-            self.events.emit("dead", job=job, reason="expired", error=job.error)

@@ -1,12 +1,15 @@
 """The relay: publishes due jobs that have no message yet, with publisher
 confirms. A batch is marked dispatched in the store first (one statement,
-SKIP LOCKED: many relays are safe), then published; what the broker did not
-confirm is marked undispatched again. A relay that dies between the two leaves
+SKIP LOCKED: many relays are safe), then published as one message per queue
+and job expiry, naming its jobs; what the broker did not confirm is marked
+undispatched again. A relay that dies between the two leaves
 jobs the reconciler republishes.
 
 Idle, it sleeps until the store's NOTIFY says new work was committed (its own
 LISTEN connection), or the next undispatched job comes due, or ``BACKSTOP``
-at most; while that LISTEN is down it looks every ``IDLE_WAIT``."""
+at most; while that LISTEN is down it looks every ``IDLE_WAIT``. It takes a
+job once it has been due ``PUBLISH_AGE``: until then a worker woken by the
+store claims it without a message."""
 
 from __future__ import annotations
 
@@ -34,12 +37,25 @@ IDLE_WAIT = 0.02
 BACKSTOP = 1.0
 #: Between attempts to start the LISTEN after one failed.
 LISTEN_RETRY = 5.0
-#: After a wake-up, before the take: workers woken by the same NOTIFY claim
-#: fresh jobs in a millisecond or two. Taking at once would lock those rows
-#: under their claims (a claim skips locked rows) and send each job the long
-#: way round, through a publish and a delivery; after the grace, what a claim
-#: took needs no message at all.
-WAKE_GRACE = 0.003
+#: How long a job is due before the relay takes it: workers woken by the
+#: store's own NOTIFY claim a fresh job within milliseconds (tens on a loaded
+#: host). A take at that moment would lock the row under their claim (a claim
+#: skips locked rows) and send the job the long way round, through a publish
+#: and a delivery; a job a claim took first needs no message at all. Counted
+#: on the job's due time in the take itself, so a relay woken late or early
+#: never takes a job younger than this.
+PUBLISH_AGE = 0.05
+
+
+def batches(
+    items: list[Dispatchable],
+) -> dict[tuple[str, float | None], list[Dispatchable]]:
+    """The jobs of one message: same queue and same expiry (a message's
+    expiration dead-letters every job it names), in take order."""
+    groups: dict[tuple[str, float | None], list[Dispatchable]] = {}
+    for item in items:
+        groups.setdefault((item.queue, item.expires_at), []).append(item)
+    return groups
 
 
 class Relay:
@@ -50,8 +66,10 @@ class Relay:
         options: DispatchOptions,
         worker_queue_ttl: float,
         counts: DispatchCounts | None = None,
+        min_age: float = PUBLISH_AGE,
     ) -> None:
         self.store = store
+        self.min_age = min_age
         self.connection = connection
         self.options = options
         self.worker_queue_ttl = worker_queue_ttl
@@ -64,12 +82,12 @@ class Relay:
 
     @property
     def published(self) -> int:
-        """Messages the broker confirmed."""
+        """Jobs whose message the broker confirmed."""
         return self.counts.total("message", "confirmed")
 
     @property
     def failed(self) -> int:
-        """Messages given back: returned unroutable, nacked or never confirmed."""
+        """Jobs given back: their message returned unroutable, nacked or never confirmed."""
         return self.counts.total("message", "returned") + self.counts.total(
             "message", "unconfirmed"
         )
@@ -95,7 +113,7 @@ class Relay:
 
         channel = await self._open()
         await self.store.ensure_index()
-        items = await self.store.take(self.options.relay_batch)
+        items = await self.store.take(self.options.relay_batch, self.min_age)
         if not items:
             return 0
         unsent: list[Dispatchable] = []
@@ -106,18 +124,21 @@ class Relay:
                 self._declared.add(queue)
             now = time.time()
             exchange = channel.default_exchange
+            groups = batches(items)
             self.counts.add("message", "published", len(items))
             results = await asyncio.gather(
                 *(
                     exchange.publish(
-                        encode(item, now), routing_key=self.options.queue_name(item.queue)
+                        encode(queue, group, now), routing_key=self.options.queue_name(queue)
                     )
-                    for item in items
+                    for (queue, _), group in groups.items()
                 ),
                 return_exceptions=True,
             )
-            unsent = [i for i, r in zip(items, results, strict=True) if isinstance(r, Exception)]
-            returned = sum(isinstance(r, PublishError) for r in results)
+            for group, result in zip(groups.values(), results, strict=True):
+                if isinstance(result, Exception):
+                    unsent.extend(group)
+                    returned += len(group) if isinstance(result, PublishError) else 0
         except BaseException:
             unsent = items
             raise
@@ -165,7 +186,7 @@ class Relay:
             return IDLE_WAIT
         if due is None:
             return BACKSTOP
-        return min(BACKSTOP, max(IDLE_WAIT, due - time.time()))
+        return min(BACKSTOP, max(IDLE_WAIT, due + self.min_age - time.time()))
 
     async def run(self) -> None:
         try:
@@ -195,6 +216,12 @@ class Relay:
             if taken >= self.options.relay_batch:
                 continue
             wait = await self._idle_wait()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow
+            # a cancel that lands as the wake-up does (the relay then outlives
+            # its dispatcher's close, which waits for it forever).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
-                await asyncio.sleep(WAKE_GRACE)
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
+            if self._wake.is_set() and self.min_age > 0:
+                # Woken by new work: it is old enough to take PUBLISH_AGE later.
+                await asyncio.sleep(self.min_age)

@@ -95,8 +95,8 @@ class DispatchStore:
             logger.warning("could not create the dispatch index: %s", exc)
         self._indexed = True
 
-    async def take(self, limit: int) -> list[Dispatchable]:
-        rows = await self.pool.fetch("dispatch take", self.q.take, limit)
+    async def take(self, limit: int, min_age: float = 0.0) -> list[Dispatchable]:
+        rows = await self.pool.fetch("dispatch take", self.q.take, limit, min_age)
         return [Dispatchable(r[0], r[1], r[2], r[3]) for r in rows]
 
     async def untake(self, items: Sequence[Dispatchable]) -> None:

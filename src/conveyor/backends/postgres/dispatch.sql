@@ -11,17 +11,19 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_dispatch ON __schema__.jobs (run_at
 WHERE state IN ('waiting', 'delayed') AND (dispatched_at IS NULL OR dispatched_at < run_at);
 
 -- name: take
--- Mark up to $1 undispatched due jobs dispatched now and return them, oldest
--- first. Rows another relay holds are skipped: many relays are safe. Marked
--- before the publish, so a relay that dies in between leaves a job the
--- reconciler republishes.
+-- Mark up to $1 undispatched jobs due for at least $2 seconds dispatched now
+-- and return them, oldest first (a worker woken by the store's own NOTIFY
+-- claims a fresh job first; a take would lock its row under that claim). Rows
+-- another relay holds are skipped: many relays are safe. Marked before the
+-- publish, so a relay that dies in between leaves a job the reconciler
+-- republishes.
 WITH t AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now)
 UPDATE __schema__.jobs AS j SET dispatched_at = t.now
 FROM t
 WHERE j.id IN (SELECT x.id FROM __schema__.jobs AS x, t
                WHERE x.state IN ('waiting', 'delayed')
                  AND (x.dispatched_at IS NULL OR x.dispatched_at < x.run_at)
-                 AND x.run_at <= t.now
+                 AND x.run_at <= t.now - $2::float8
                ORDER BY x.run_at
                LIMIT $1::integer
                FOR UPDATE OF x SKIP LOCKED)

@@ -38,8 +38,9 @@ def _queries() -> dict[str, LiteralString]:
     return {name: trusted_sql(sql) for name, sql in blocks.items()}
 
 
-def _take(conn: sqlite3.Connection, limit: int) -> list[Dispatchable]:
-    rows = conn.execute(_queries()["take"], {"now": time.time(), "limit": limit}).fetchall()
+def _take(conn: sqlite3.Connection, limit: int, age: float) -> list[Dispatchable]:
+    params = {"now": time.time(), "limit": limit, "age": age}
+    rows = conn.execute(_queries()["take"], params).fetchall()
     rows.sort(key=lambda r: r[4])  # RETURNING comes in no set order: oldest first
     return [Dispatchable(r[0], r[1], r[2], r[3]) for r in rows]
 
@@ -122,8 +123,8 @@ class DispatchStore:
             await self.writer.write(lambda conn: conn.execute(_queries()["ensure_index"]))
             self._indexed = True
 
-    async def take(self, limit: int) -> list[Dispatchable]:
-        return await self.writer.write(_take, limit)
+    async def take(self, limit: int, min_age: float = 0.0) -> list[Dispatchable]:
+        return await self.writer.write(_take, limit, min_age)
 
     async def untake(self, items: Sequence[Dispatchable]) -> None:
         if items:

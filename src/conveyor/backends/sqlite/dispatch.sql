@@ -13,14 +13,15 @@ CREATE INDEX IF NOT EXISTS jobs_dispatch ON jobs (run_at)
 WHERE state IN ('waiting', 'delayed') AND (dispatched_at IS NULL OR dispatched_at < run_at);
 
 -- name: take
--- Mark up to :limit undispatched due jobs dispatched at :now and return them,
--- oldest first. Marked before the publish, so a relay that dies in between
+-- Mark up to :limit undispatched jobs due for at least :age seconds dispatched
+-- at :now and return them, oldest first (a worker woken by the commit watch
+-- claims a fresh job first). Marked before the publish, so a relay that dies in between
 -- leaves a job the reconciler republishes.
 UPDATE jobs SET dispatched_at = :now
 WHERE id IN (SELECT x.id FROM jobs AS x INDEXED BY jobs_dispatch
              WHERE x.state IN ('waiting', 'delayed')
                AND (x.dispatched_at IS NULL OR x.dispatched_at < x.run_at)
-               AND x.run_at <= :now
+               AND x.run_at <= :now - :age
              ORDER BY x.run_at
              LIMIT :limit)
 RETURNING id, queue, expires_at, dispatched_at, run_at;
