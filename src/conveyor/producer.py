@@ -116,11 +116,9 @@ class _Defaults:
     known: bool = False
     """The task is registered here (its rate limit is known)."""
     rate_limited: bool = False
-
-    @property
-    def plain(self) -> bool:
-        """No per-job rule to apply: the fast path may build the job."""
-        return self.key_of is None and self.debounce is None and self.rate_key_of is None
+    plain: bool = True
+    """No per-job rule to apply: the fast path may build the job (worked out
+    once per task here, not once per job)."""
 
 
 def _exact_float(name: str, value: Any) -> float:
@@ -147,6 +145,9 @@ class JobBuilder:
         if found is None:
             task = self._tasks.get(name)
             options = task.options if task else None
+            key_of = options.concurrency_key if options else None
+            debounce = options.debounce if options else None
+            rate_key_of = options.rate_limit_key if options else None
             found = _Defaults(
                 queue=options.queue if options else "default",
                 priority=options.priority if options else 0,
@@ -156,11 +157,12 @@ class JobBuilder:
                 ttl=options.ttl if options else None,
                 idempotency_ttl=(options.idempotency_ttl if options else None)
                 or self._settings.idempotency_ttl,
-                key_of=options.concurrency_key if options else None,
-                debounce=options.debounce if options else None,
-                rate_key_of=options.rate_limit_key if options else None,
+                key_of=key_of,
+                debounce=debounce,
+                rate_key_of=rate_key_of,
                 known=options is not None,
                 rate_limited=options is not None and options.rate_limit is not None,
+                plain=key_of is None and debounce is None and rate_key_of is None,
             )
             self._defaults[name] = found
         return found

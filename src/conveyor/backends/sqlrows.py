@@ -76,6 +76,8 @@ JOB_FIELDS = (
     "depends_on",
     "on_dependency_failure",
     "workflow_id",
+    "concurrency_key",
+    "rate_limit_key",
 )
 if tuple(f.name for f in dataclasses.fields(Job))[: len(JOB_FIELDS)] != JOB_FIELDS:
     raise RuntimeError(
@@ -84,14 +86,18 @@ if tuple(f.name for f in dataclasses.fields(Job))[: len(JOB_FIELDS)] != JOB_FIEL
     )
 
 
-def job_from_row(r: Row) -> Job:
-    """A job from a row in ``JOB_COLUMNS`` order (see queries.py)."""
+def job_from_row(r: Row, key_at: int = 0, rate_key_at: int = 0) -> Job:
+    """A job from a row in ``JOB_COLUMNS`` order (see queries.py); ``key_at``
+    and ``rate_key_at`` are the positions of concurrency_key and rate_limit_key
+    in the row when it has them (0: it has not)."""
     if r[25] is None and r[26] is None and r[27] is None and r[28] is None:
         # The common row on the hot path: a payload and nothing else to decode.
         try:
-            return _job(r, serialization.loads(r[24]), {}, None, None, None, [], None)
+            payload = serialization.loads(r[24])
         except ValueError:
             pass  # decode_fields below names the problem
+        else:
+            return _job(r, payload, {}, None, None, None, [], None, key_at, rate_key_at)
     fields = decode_fields(r[24], r[25], r[26], r[27], r[28])
     return _job(
         r,
@@ -102,6 +108,8 @@ def job_from_row(r: Row) -> Job:
         fields.error,
         fields.errors,
         fields.problem,
+        key_at,
+        rate_key_at,
     )
 
 
@@ -129,6 +137,8 @@ def _job(
     error: ErrorInfo | None,
     errors: list[ErrorInfo],
     problem: str | None,
+    key_at: int,
+    rate_key_at: int,
 ) -> Job:
     state = STATES.get(r[3])
     if state is None:
@@ -141,7 +151,9 @@ def _job(
     workflow_id: str | None = None
     if len(r) > _DEPENDENCY_COLUMNS:
         stored = r[29]
-        if isinstance(stored, list):  # an array column
+        if stored is None:
+            pass  # the common case: no dependencies
+        elif isinstance(stored, list):  # an array column
             depends_on = tuple(stored)
         elif stored is not None:  # JSON array text
             try:
@@ -187,4 +199,6 @@ def _job(
         depends_on,
         policy,
         workflow_id,
+        r[key_at] if key_at else None,  # concurrency_key
+        r[rate_key_at] if rate_key_at else None,  # rate_limit_key
     )

@@ -21,12 +21,9 @@ RATE_LIMIT_KEY = 35
 
 def job_from_row(r: Row) -> Job:
     """A job from a ``j.*`` row (or a shorter one, which has no key)."""
-    job = _shared_job_from_row(r)
-    if len(r) > CONCURRENCY_KEY:
-        job.concurrency_key = r[CONCURRENCY_KEY]
-        if len(r) > RATE_LIMIT_KEY:
-            job.rate_limit_key = r[RATE_LIMIT_KEY]
-    return job
+    if len(r) > RATE_LIMIT_KEY:
+        return _shared_job_from_row(r, CONCURRENCY_KEY, RATE_LIMIT_KEY)
+    return _shared_job_from_row(r, CONCURRENCY_KEY if len(r) > CONCURRENCY_KEY else 0)
 
 
 def claim_order(job: Job) -> tuple[int, float, str]:

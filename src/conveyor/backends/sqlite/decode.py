@@ -25,14 +25,7 @@ RATE_LIMIT_KEY = [c.strip() for c in JOB_COLUMNS.split(",")].index("rate_limit_k
 
 def job_from_row(r: Row) -> Job:
     """A job from a row in ``JOB_COLUMNS`` order (then maybe has_dependents)."""
-    job = _shared_job_from_row(r)
-    key = r[CONCURRENCY_KEY]
-    if key is not None:
-        job.concurrency_key = key
-    rate_key = r[RATE_LIMIT_KEY]
-    if rate_key is not None:
-        job.rate_limit_key = rate_key
-    return job
+    return _shared_job_from_row(r, CONCURRENCY_KEY, RATE_LIMIT_KEY)
 
 
 def claim_order(r: Row) -> tuple[int, float, str]:
