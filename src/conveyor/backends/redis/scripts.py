@@ -70,6 +70,21 @@ class ScriptRunner:
             raise ValueError(f"{name}: {len(keys)} keys given, the script takes {script.numkeys}")
         return script.sha, [script.numkeys, *keys, self.base, *argv]
 
+    async def run_pair(
+        self, first: tuple[str, list[str], list[Any]], second: tuple[str, list[str], list[Any]]
+    ) -> list[Any]:
+        """Two scripts in one round trip, one after the other; a reply is the
+        script's answer or its error (``NoScriptError`` when the server lacks
+        it), never raised."""
+        calls = [self.args(*first), self.args(*second)]
+        replies = getattr(self.client, "replies", None)
+        if replies is not None:  # our own connections (direct.py)
+            return list(await replies([("EVALSHA", sha, *rest) for sha, rest in calls]))
+        pipe = self.client.pipeline(transaction=False)  # type: ignore[attr-defined]
+        for sha, rest in calls:
+            pipe.evalsha(sha, *rest)
+        return list(await pipe.execute(raise_on_error=False))
+
     async def run(self, name: str, keys: list[str], argv: list[Any]) -> Any:
         sha, rest = self.args(name, keys, argv)
         try:
