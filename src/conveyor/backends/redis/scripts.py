@@ -73,17 +73,14 @@ class ScriptRunner:
     async def run_pair(
         self, first: tuple[str, list[str], list[Any]], second: tuple[str, list[str], list[Any]]
     ) -> list[Any]:
-        """Two scripts in one round trip, one after the other; a reply is the
-        script's answer or its error (``NoScriptError`` when the server lacks
-        it), never raised."""
+        """Two scripts in one round trip, one after the other, on a standalone
+        server's own connections; a reply is the script's answer or its error
+        (``NoScriptError`` when the server lacks it), never raised."""
         calls = [self.args(*first), self.args(*second)]
-        replies = getattr(self.client, "replies", None)
-        if replies is not None:  # our own connections (direct.py)
-            return list(await replies([("EVALSHA", sha, *rest) for sha, rest in calls]))
-        pipe = self.client.pipeline(transaction=False)  # type: ignore[attr-defined]
-        for sha, rest in calls:
-            pipe.evalsha(sha, *rest)
-        return list(await pipe.execute(raise_on_error=False))
+        # Our own connections (direct.py): a cluster client refuses scripts in
+        # its pipelines, so its callers make two calls instead.
+        replies = self.client.replies  # type: ignore[attr-defined]
+        return list(await replies([("EVALSHA", sha, *rest) for sha, rest in calls]))
 
     async def run(self, name: str, keys: list[str], argv: list[Any]) -> Any:
         sha, rest = self.args(name, keys, argv)

@@ -13,9 +13,10 @@ from redis.exceptions import NoScriptError
 from conveyor import serialization
 from conveyor.backends import base
 from conveyor.backends.redis import decode
-from conveyor.backends.redis.claim import claim_call
+from conveyor.backends.redis.claim import claim_call, claim_jobs
 from conveyor.backends.redis.connection import RedisConnection
 from conveyor.backends.redis.encode import opt
+from conveyor.errors import BackendError
 
 _COMPLETE = base.Outcome.COMPLETE
 
@@ -38,6 +39,14 @@ async def settle_and_claim(
     the worker's own claim loop takes over."""
     _, runner = conn.ready()
     settle_call = _settle_call(conn, settlements)
+    if conn.direct is None:
+        # A cluster client: redis-py refuses scripts in its pipelines. Two
+        # round trips; a claim that fails leaves the settle's answer standing.
+        settled = await conn.run("settle", *settle_call)
+        try:
+            return _settle_result(settled), await claim_jobs(conn, request)
+        except BackendError:
+            return _settle_result(settled), base.ClaimResult([])
     async with conn.errors("settle_and_claim"):
         settled, claimed = await runner.run_pair(
             ("settle", *settle_call), ("claim", *claim_call(conn, request))
