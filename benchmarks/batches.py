@@ -60,8 +60,9 @@ async def drain_rate(url: str, task: str, jobs: int, batch_size: int) -> float:
         await app.close()
 
 
-async def measure(store: str, args: argparse.Namespace) -> tuple[float, float, list[float]]:
-    """Medians of the single and the batched drain, and each repetition's ratio."""
+def measure(store: str, args: argparse.Namespace) -> tuple[float, float, list[float]]:
+    """Medians of the single and the batched drain, and each repetition's ratio.
+    (The servers' helpers run their own event loops: outside any drain's.)"""
     singles: list[float] = []
     batches: list[float] = []
     server: Store | None = None
@@ -75,11 +76,11 @@ async def measure(store: str, args: argparse.Namespace) -> tuple[float, float, l
                 if server is not None:
                     with server.fresh(task) as url:
                         assert url is not None
-                        rates.append(await drain_rate(url, task, args.jobs, args.batch_size))
+                        rates.append(asyncio.run(drain_rate(url, task, args.jobs, args.batch_size)))
                 else:
                     with tempfile.TemporaryDirectory() as tmp:
                         url = f"sqlite:///{tmp}/{task}-{repetition}.db"
-                        rates.append(await drain_rate(url, task, args.jobs, args.batch_size))
+                        rates.append(asyncio.run(drain_rate(url, task, args.jobs, args.batch_size)))
     finally:
         if server is not None:
             server.close()
@@ -102,7 +103,7 @@ def main() -> None:
     print(f"{args.jobs} no-op jobs, batch_size={args.batch_size}, median of {args.repeat}")
     print(f"{'store':8} {'single jobs/s':>14} {'batched jobs/s':>15} {'ratio':>6}  per run")
     for store in args.stores.split(","):
-        single, batched, ratios = asyncio.run(measure(store, args))
+        single, batched, ratios = measure(store, args)
         runs = ", ".join(f"{r:.2f}" for r in ratios)
         median = statistics.median(ratios)
         print(f"{store:8} {single:14,.0f} {batched:15,.0f} {median:5.2f}x  ({runs})")
