@@ -18,7 +18,7 @@ from worker_fixtures import (
 )
 
 from conveyor import FailureReason, JobCancelled, JobFailed, JobState, Priority, QueueFull
-from conveyor.backends.base import Settlement, SettleResult
+from conveyor.backends.base import ClaimRequest, ClaimResult, Settlement, SettleResult
 from conveyor.context import JobContext
 from conveyor.task import Handler
 
@@ -132,12 +132,23 @@ async def test_none_result_and_no_payload(stack: Stack) -> None:
         sent.extend(settlements)
         return await settle(settlements)
 
+    async def recording_with_claim(
+        settlements: Sequence[Settlement], request: ClaimRequest
+    ) -> tuple[SettleResult, ClaimResult]:
+        sent.extend(settlements)
+        return await settle_and_claim(settlements, request)
+
+    settle_and_claim = backend.settle_and_claim
     backend.settle_jobs = recording  # type: ignore[method-assign]
+    # A worker waiting for work sends its outcomes with a claim.
+    backend.settle_and_claim = recording_with_claim  # type: ignore[method-assign]
     job = await app.enqueue("noop")
     await app.drain()
     assert await job.wait(timeout=1) is None
     assert (await settled(job)).state is JobState.COMPLETED
-    assert [s.result for s in sent] == [None]  # nothing stored: no result reads back as None
+    # Nothing stored: no result reads back as None. (The memory store's
+    # settle_and_claim is the contract's default: it calls settle_jobs too.)
+    assert {s.job_id: s.result for s in sent} == {job.id: None}
 
 
 async def test_wait_raises_job_failed_with_the_job(stack: Stack) -> None:

@@ -221,7 +221,17 @@ async def test_settle_errors_are_retried_and_the_outcome_is_stored_once(stack: S
             raise BackendUnavailable("connection reset")
         return await original(*args, **kwargs)
 
+    original_with_claim = backend.settle_and_claim
+
+    async def flaky_settle_with_claim(*args: Any, **kwargs: Any) -> Any:
+        if len(failures) < 2:
+            failures.append(1)
+            raise BackendUnavailable("connection reset")
+        return await original_with_claim(*args, **kwargs)
+
     backend.settle_jobs = flaky_settle  # type: ignore[method-assign]
+    # A worker waiting for work sends its outcomes with a claim.
+    backend.settle_and_claim = flaky_settle_with_claim  # type: ignore[method-assign]
 
     @app.task("settles.late")
     async def settles_late(ctx: JobContext) -> int:

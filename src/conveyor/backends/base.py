@@ -13,6 +13,10 @@ Rules every implementation follows:
 - ``claim_jobs`` is atomic: two claimers never get the same job. It counts the
   attempt (G5), stamps a fresh lease token (G4), and expires TTL'd jobs and
   promotes due delayed jobs before choosing (G8).
+- ``settle_and_claim`` is ``settle_jobs`` followed by ``claim_jobs``: the
+  claim sees what the settle did (released dependents, freed key slots, closed
+  circuits) and follows every claim rule above. One round trip where the store
+  allows it (the default makes two calls).
 - ``renew_leases``, ``settle_jobs`` and ``save_progress`` act only on jobs that
   are ``active`` with the given lease token; anything else is refused (G4).
 - A TTL bounds each wait, not only the first: a job keeps its effective ``ttl``
@@ -210,6 +214,20 @@ class Backend(abc.ABC):
     async def settle_jobs(self, settlements: Sequence[Settlement]) -> SettleResult:
         """Apply each run's outcome, fenced by its lease token; update circuits.
         RETRY/RELEASE of a job with a pending cancel request ends it ``cancelled``."""
+
+    async def settle_and_claim(
+        self, settlements: Sequence[Settlement], request: ClaimRequest
+    ) -> tuple[SettleResult, ClaimResult]:
+        """:meth:`settle_jobs` of ``settlements``, then :meth:`claim_jobs` of
+        ``request``, whose claim sees everything the settle did (a dependent it
+        released is claimable at once) and follows every claim rule. The worker
+        sends its outcomes this way while it waits for work, so that a chain's
+        next step comes back with the outcome of the one before. A store may do
+        both in one round trip and one transaction; this default makes the two
+        calls. A claim that fails after its settle was stored must not hide the
+        settle's result: raise only when the settle's fate is unknown."""
+        settled = await self.settle_jobs(settlements)
+        return settled, await self.claim_jobs(request)
 
     @abc.abstractmethod
     async def save_progress(self, items: Sequence[tuple[str, str, bytes]]) -> set[str]:

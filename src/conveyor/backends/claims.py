@@ -14,12 +14,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from conveyor.backends.base import ClaimResult, Outcome, Settlement
 from conveyor.errors import BackendError
 
 logger = logging.getLogger("conveyor.backends")
+
+T = TypeVar("T")
+
+
+def _itself(result: ClaimResult) -> ClaimResult:
+    return result
 
 
 class ClaimKeeper:
@@ -35,12 +41,17 @@ class ClaimKeeper:
     async def run(self, claim: Awaitable[ClaimResult]) -> ClaimResult:
         """The claim's result; if the caller is cancelled meanwhile, the claim
         goes on and whatever it claimed is released."""
-        future = asyncio.ensure_future(claim)
+        return await self.run_part(claim, _itself)
+
+    async def run_part(self, call: Awaitable[T], claimed: Callable[[T], ClaimResult]) -> T:
+        """:meth:`run` for a call whose answer holds a claim (``claimed`` finds
+        it: settle_and_claim's)."""
+        future = asyncio.ensure_future(call)
         self._track(future)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            future.add_done_callback(self._give_back)
+            future.add_done_callback(lambda done: self._give_back(done, claimed))
             raise
 
     async def wait(self) -> None:
@@ -53,10 +64,10 @@ class ClaimKeeper:
         self._in_flight.add(future)
         future.add_done_callback(self._in_flight.discard)
 
-    def _give_back(self, claim: asyncio.Future[ClaimResult]) -> None:
-        if claim.cancelled() or claim.exception() is not None:
+    def _give_back(self, call: asyncio.Future[T], claimed: Callable[[T], ClaimResult]) -> None:
+        if call.cancelled() or call.exception() is not None:
             return
-        jobs = claim.result().jobs
+        jobs = claimed(call.result()).jobs
         if not jobs or not self._is_open():
             return
         settlements = [

@@ -6,8 +6,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
-from conveyor.backends.base import Backend, CircuitInfo, Settlement, SettleResult
+from conveyor.backends.base import (
+    Backend,
+    CircuitInfo,
+    ClaimRequest,
+    ClaimResult,
+    Settlement,
+    SettleResult,
+)
 from conveyor.errors import BackendError
 from conveyor.events import EventBus
 from conveyor.job import Job
@@ -19,8 +27,24 @@ RETRY_FIRST = 0.05
 RETRY_MAX = 2.0
 
 
+class Claimer(Protocol):
+    """Who a flush may claim for (the worker, while it waits for work)."""
+
+    def claim_with_settle(self) -> ClaimRequest | None:
+        """The claim to send with the next flush, or None."""
+
+    def claimed_with_settle(
+        self, request: ClaimRequest, result: ClaimResult | None, sent_at: float
+    ) -> None:
+        """Its answer (``None``: the flush failed), sent at ``sent_at`` (monotonic)."""
+
+
 class Acker:
     """Settlements wait here until the next flush; one flush = one round trip.
+
+    While the worker waits for work (its last claim came back short), a flush
+    also claims for it (``settle_and_claim``): what the outcomes released (a
+    chain's next step) comes back with their answer, without a claim of its own.
 
     While a flush is in flight new outcomes gather, so batches grow with load
     by themselves. A failed flush is retried: settlements are fenced by their
@@ -39,8 +63,11 @@ class Acker:
         on_stored: Callable[[list[tuple[Settlement, Job]], SettleResult], Awaitable[None]]
         | None = None,
         events: EventBus | None = None,
+        claimer: Claimer | None = None,
     ) -> None:
         self._backend = backend
+        #: Asked before each flush for a claim to send with it (settle_and_claim).
+        self.claimer = claimer
         #: ``settled`` (round-trip time) goes here; timed only while someone listens.
         self._events = events
         self._on_refused = on_refused
@@ -118,9 +145,18 @@ class Acker:
                 self._events if self._events is not None and self._events.has("settled") else None
             )
             sent_at = time.perf_counter() if events is not None else 0.0
+            request = self.claimer.claim_with_settle() if self.claimer is not None else None
+            claim_sent_at = time.monotonic()
             try:
-                result = await self._backend.settle_jobs([s for s, _ in batch])
+                if request is None:
+                    result = await self._backend.settle_jobs([s for s, _ in batch])
+                else:
+                    result, claimed = await self._backend.settle_and_claim(
+                        [s for s, _ in batch], request
+                    )
             except (BackendError, OSError) as exc:
+                if request is not None and self.claimer is not None:
+                    self.claimer.claimed_with_settle(request, None, claim_sent_at)
                 logger.warning("could not store %d outcomes, retrying: %s", len(batch), exc)
                 self._pending[:0] = batch
                 self._in_flight = []
@@ -133,6 +169,10 @@ class Acker:
             delay = RETRY_FIRST
             if events is not None:
                 events.emit("settled", count=len(batch), seconds=time.perf_counter() - sent_at)
+            if request is not None and self.claimer is not None:
+                # Taken before the answer counts: a claim loop waiting for it
+                # sees what this claim took.
+                self.claimer.claimed_with_settle(request, claimed, claim_sent_at)
             # Before the callbacks below (they may await): a claim loop waiting
             # for these outcomes claims what they released at once.
             self._answered_up_to(len(batch))

@@ -77,6 +77,11 @@ DISPATCH_GRACE = 0.05
 #: Longest wait between claims of a worker with key-capped tasks (seconds).
 KEY_SLOT_POLL = 0.1
 
+#: How long after a short claim sent with outcomes a wake-up is taken for the
+#: store's echo of those outcomes while a job runs (seconds): the loop then lets
+#: that job's outcome claim instead (see Worker._wait_for_work).
+ECHO_WINDOW = 0.005
+
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"
@@ -188,6 +193,17 @@ class Worker:
         self.dispatcher: Dispatcher | None = None
         #: With ``max_worker_rss``: the watch; ``memory.exceeded`` once it stopped the worker.
         self.memory: MemoryWatch | None = None
+        #: Claims sent so far (the loop's and those sent with outcomes), and the
+        #: number of the last one that came back short, and when.
+        self._claims_sent = 0
+        self._short_claim = 0
+        self._settle_claim_number = 0
+        self._short_claim_at = 0.0
+        #: The claim loop waits for work after a short claim: outcomes flushed
+        #: meanwhile claim for it (settle_and_claim); one such claim at a time.
+        self._waiting_for_work = False
+        self._claim_with_settle = False
+        self._settle_claim_answered = asyncio.Event()
 
     @property
     def prefetch(self) -> int:
@@ -251,6 +267,8 @@ class Worker:
             reports.cancelled,
             watch.settled,
             events=runtime.events,
+            # RabbitMQ dispatch delivers work by its own consumer: no claims there.
+            claimer=None if self.settings.dispatch else self,
         )
         self.leases = LeaseKeeper(
             backend,
@@ -379,15 +397,8 @@ class Worker:
                 logger.warning("claim failed (retrying in %.2fs): %s", delay, exc)
                 await self._wait_for(asyncio.sleep(delay), None)
                 continue
-            took = time.monotonic() - sent_at
-            self.prefetcher.after_claim(took, len(result.jobs) >= limit)
-            if self.runtime.events.has("claimed"):
-                self.runtime.events.emit(
-                    "claimed", worker_id=self.id, count=len(result.jobs), seconds=took
-                )
-            self.take(result, sent_at)
-            if self._batcher is not None:
-                self._batcher.claimed(len(result.jobs) >= limit)
+            self._claims_sent += 1
+            self._claimed(result, limit, sent_at, self._claims_sent)
             if len(result.jobs) >= limit:
                 await asyncio.sleep(0)  # let the batch start before claiming more
                 continue
@@ -423,20 +434,97 @@ class Worker:
             elif self.key_capped:
                 # A slot freed by another worker sends no wake-up.
                 poll = min(poll, KEY_SLOT_POLL)
-            self.slot_free.clear()
-            wait = self.wait_for_work or backend.wait_for_work
-            await self._wait_for(wait(self.queues, poll), self.slot_free.wait())
-            # Whatever woke us (a freed slot; a wake-up, which may be the
-            # store's echo of a release this worker already claimed): a claim
-            # sent while an outcome of ours is on its way races the settle
-            # that may release its dependents (a chain's next step). It comes
-            # back empty, slows that settle on a busy store, and the next step
-            # then waits for one more wake-up and claim. Sent once the settle
-            # is answered, it takes what the settle released. A local wake-up
-            # or stop() does not wait, nor anything past the poll interval (a
-            # settle the store keeps failing must not stop the claims).
-            if not self.acker.answered:
-                await self._wait_for(self.acker.stored(), asyncio.sleep(poll))
+            await self._wait_for_work(backend.wait_for_work, poll)
+
+    async def _wait_for_work(self, store_wait: WaitForWork, poll: float) -> None:
+        """After a short claim: until new work may be due (a wake-up, a freed slot,
+        the poll timer). Outcomes flushed meanwhile claim for this worker
+        (:meth:`claim_with_settle`); a wake-up that such a claim, sent after it,
+        already answered (it came back short) is slept through."""
+        self._waiting_for_work = True
+        try:
+            while not self.stopping:
+                self.slot_free.clear()
+                wait = self.wait_for_work or store_wait
+                await self._wait_for(wait(self.queues, poll), self.slot_free.wait())
+                woken_after = self._claims_sent
+                # Whatever woke us (a freed slot; a wake-up, which may be the
+                # store's echo of a release this worker already claimed): a claim
+                # sent while an outcome of ours is on its way races the settle
+                # that may release its dependents (a chain's next step). Sent once
+                # the settle is answered, it takes what the settle released --
+                # and the settle itself claims while we wait here. A local wake-up
+                # or stop() does not wait, nor anything past the poll interval (a
+                # settle the store keeps failing must not stop the claims).
+                if self.acker.answered and self._echo_likely():
+                    # Most likely the echo of the release our last outcomes
+                    # claimed: the job that runs now claims with its outcome.
+                    left = ECHO_WINDOW - (time.monotonic() - self._short_claim_at)
+                    self.slot_free.clear()
+                    await self._wait_for(self.slot_free.wait(), asyncio.sleep(left))
+                if not self.acker.answered:
+                    await self._wait_for(self.acker.stored(), asyncio.sleep(poll))
+                if self._claim_with_settle:  # sent with later outcomes: its answer
+                    await self._wait_for(self._settle_claim_answered.wait(), asyncio.sleep(poll))
+                if not self._claim_with_settle and self._short_claim <= woken_after:
+                    return  # no claim sent since the wake-up has answered it: claim
+                # A claim sent after the wake-up came back short (it saw what
+                # woke us), or one is on its way with outcomes (its answer
+                # wakes us if it comes back full or fails): wait again.
+        finally:
+            self._waiting_for_work = False
+
+    def _echo_likely(self) -> bool:
+        """A wake-up now: is it most likely the store's echo of the outcomes whose
+        claim came back short just before (a job runs, no other claim since)?"""
+        return (
+            bool(self.active)
+            and self._short_claim == self._claims_sent
+            and time.monotonic() - self._short_claim_at < ECHO_WINDOW
+        )
+
+    def claim_with_settle(self) -> ClaimRequest | None:
+        """The claim the acker's next flush sends with its outcomes: while the claim
+        loop waits for work, one at a time, for the free slots."""
+        if not self._waiting_for_work or self._claim_with_settle or self.stopping:
+            return None
+        free = self.slots + self.room + self.prefetch - len(self.active) - len(self.buffered)
+        if free <= 0:
+            return None
+        self._claim_with_settle = True
+        self._settle_claim_answered.clear()
+        self._claims_sent += 1
+        self._settle_claim_number = self._claims_sent
+        return self._claim_request(min(free, self.settings.claim_batch))
+
+    def claimed_with_settle(
+        self, request: ClaimRequest, result: ClaimResult | None, sent_at: float
+    ) -> None:
+        """The answer of a claim sent with outcomes (``None``: it failed)."""
+        self._claim_with_settle = False
+        self._settle_claim_answered.set()
+        if result is None:
+            self._wake.set()  # the loop claims by itself
+            return
+        self._claimed(result, request.limit, sent_at, self._settle_claim_number)
+        if len(result.jobs) >= request.limit:
+            self._wake.set()  # more may be due: the loop claims again
+
+    def _claimed(self, result: ClaimResult, limit: int, sent_at: float, number: int) -> None:
+        """The answer of claim number ``number`` (``limit`` asked, sent at ``sent_at``)."""
+        took = time.monotonic() - sent_at
+        full = len(result.jobs) >= limit
+        if not full and number > self._short_claim:
+            self._short_claim = number
+            self._short_claim_at = time.monotonic()
+        self.prefetcher.after_claim(took, full)
+        if self.runtime.events.has("claimed"):
+            self.runtime.events.emit(
+                "claimed", worker_id=self.id, count=len(result.jobs), seconds=took
+            )
+        self.take(result, sent_at)
+        if self._batcher is not None:
+            self._batcher.claimed(full)
 
     def take(self, result: ClaimResult, sent_at: float) -> None:
         """A claim's (or a handoff's) outcome; their leases started at ``sent_at``."""

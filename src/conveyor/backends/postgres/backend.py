@@ -47,6 +47,10 @@ from conveyor.settings import Settings
 logger = logging.getLogger("conveyor.backends.postgres")
 
 
+def _claimed(answer: tuple[base.SettleResult, base.ClaimResult, set[str]]) -> base.ClaimResult:
+    return answer[1]
+
+
 class PostgresBackend(UpdateScheduleByChange, base.Backend):
     """Jobs in a PostgreSQL schema, shared by every process that opens it."""
 
@@ -141,6 +145,18 @@ class PostgresBackend(UpdateScheduleByChange, base.Backend):
         if wake:
             self._listener.notify(wake)
         return result
+
+    async def settle_and_claim(
+        self, settlements: Sequence[base.Settlement], request: base.ClaimRequest
+    ) -> tuple[base.SettleResult, base.ClaimResult]:
+        if not settlements:
+            return base.SettleResult(), await self.claim_jobs(request)
+        result, claimed, wake = await self._claims.run_part(
+            settle.settle_and_claim(self.pool, self.q, settlements, request), _claimed
+        )
+        if wake:
+            self._listener.notify(wake)
+        return result, claimed
 
     async def save_progress(self, items: Sequence[tuple[str, str, bytes]]) -> set[str]:
         if not items:

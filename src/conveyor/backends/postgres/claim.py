@@ -7,8 +7,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
+from asyncpg import Record
 
 from conveyor.backends.base import ClaimRequest, ClaimResult
 from conveyor.backends.postgres.connection import Pool
@@ -27,12 +29,13 @@ DUE_SLACK = 0.002
 LISTEN_RETRY = 1.0
 
 
-async def claim_jobs(pool: Pool, q: Queries, request: ClaimRequest) -> ClaimResult:
+def claim_args(request: ClaimRequest) -> tuple[Any, ...]:
+    """The ``claim`` function's arguments for ``request`` (a fresh lease token)."""
     caps = request.task_limits
     rates = request.rate_limits
     keys = request.key_limits
     key_rates = request.key_rate_limits
-    args = (
+    return (
         list(dict.fromkeys(request.queues)),
         request.limit,
         request.lease,
@@ -50,7 +53,10 @@ async def claim_jobs(pool: Pool, q: Queries, request: ClaimRequest) -> ClaimResu
         [r.limit for r in key_rates.values()] if key_rates else None,
         [float(r.period) for r in key_rates.values()] if key_rates else None,
     )
-    rows = await pool.fetch("claim", q.claim, *args)
+
+
+def claim_result(rows: Sequence[Record]) -> ClaimResult:
+    """Claimed (active) and TTL-expired jobs from ``claim``'s rows, in claim order."""
     claimed: list[Job] = []
     expired: list[Job] = []
     for row in rows:
@@ -58,6 +64,11 @@ async def claim_jobs(pool: Pool, q: Queries, request: ClaimRequest) -> ClaimResu
         (claimed if job.state is JobState.ACTIVE else expired).append(job)
     claimed.sort(key=claim_order)
     return ClaimResult(claimed, expired)
+
+
+async def claim_jobs(pool: Pool, q: Queries, request: ClaimRequest) -> ClaimResult:
+    args = claim_args(request)
+    return claim_result(await pool.fetch("claim", q.claim, *args))
 
 
 class Waits:

@@ -48,6 +48,8 @@ class Queries:
     warm_claim: LiteralString
     warm_settle: LiteralString
     complete: LiteralString
+    complete_claim: LiteralString
+    settle_claim: LiteralString
     renew: LiteralString
     save_progress: LiteralString
     next_due: LiteralString

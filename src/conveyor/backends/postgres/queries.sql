@@ -97,6 +97,93 @@ SELECT 'closed', closed.task FROM closed WHERE closed.was <> 'closed'
 UNION ALL
 SELECT 'wake', w.queue FROM finished, __schema__.resolve_dependents(finished.ids) AS w(queue);
 
+-- name: complete_claim
+-- complete, then a claim for the worker that sent it, in one round trip and one
+-- transaction (settle_and_claim). The claim ($6..$21: claim's arguments) runs
+-- once every completion, circuit change and release of the batch is done: its
+-- first argument waits on the count of the settle rows (a function in FROM is
+-- called after the items it refers to), and a volatile function's statements
+-- see what earlier parts of the statement wrote. Completions and releases are
+-- stamped with the statement's start, which is also the claim's now (and the
+-- started_at of what it claims): a released dependent is due to the claim,
+-- and never starts before its dependency finished. Commits synchronously (it
+-- holds outcomes). Rows: ('refused', id), ('circuit', task, 'closed'),
+-- ('wake', queue), then ('job' | 'expired', ..., the job row) for each job the
+-- claim took or expired.
+WITH s AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[])
+        AS s(id, token, result, progress)
+), done AS (
+    UPDATE __schema__.jobs AS j
+    SET state = 'completed',
+        result = coalesce(s.result, j.result),
+        failure_reason = NULL,
+        finished_at = extract(epoch FROM statement_timestamp())::float8,
+        progress = coalesce(s.progress, j.progress),
+        lease_until = NULL,
+        lease_token = NULL
+    FROM s
+    WHERE j.id = s.id AND j.lease_token = s.token AND j.state = 'active'
+    RETURNING j.id, j.task, j.has_dependents
+), finished AS (
+    SELECT array_agg(done.id) AS ids FROM done WHERE done.has_dependents
+), dirty AS (
+    SELECT c.task, c.state FROM __schema__.circuits AS c
+    WHERE c.task = ANY ($5::text[]) AND (c.state <> 'closed' OR c.failures > 0)
+      AND c.task IN (SELECT done.task FROM done)
+    ORDER BY c.task
+    FOR UPDATE
+), closed AS (
+    UPDATE __schema__.circuits AS c
+    SET state = 'closed', failures = 0, open_until = NULL
+    FROM dirty WHERE c.task = dirty.task
+    RETURNING c.task, dirty.state AS was
+), settled AS MATERIALIZED (
+    SELECT 'refused' AS kind, s.id AS name, NULL::text AS state
+    FROM s WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.id = s.id)
+    UNION ALL
+    SELECT 'circuit', closed.task, 'closed' FROM closed WHERE closed.was <> 'closed'
+    UNION ALL
+    SELECT 'wake', w.queue, NULL
+    FROM finished, __schema__.resolve_dependents(
+        finished.ids, extract(epoch FROM statement_timestamp())::float8) AS w(queue)
+    WHERE finished.ids IS NOT NULL
+), n AS (
+    SELECT count(*) AS n FROM settled
+)
+SELECT settled.kind, settled.name, settled.state, 0, NULL::float8, NULL::__schema__.jobs
+FROM settled
+UNION ALL
+SELECT CASE WHEN c.state = 'active' THEN 'job' ELSE 'expired' END, NULL, NULL, NULL, NULL, c
+FROM n, __schema__.claim(CASE WHEN n.n >= 0 THEN $6::text[] END, $7::integer, $8::float8,
+    $9::text, $10::text, $11::text[], $12::integer[], $13::text[], $14::integer[],
+    $15::float8[], $16::boolean, $17::text[], $18::integer[], $19::text[], $20::integer[],
+    $21::float8[]) AS c;
+
+-- name: settle_claim
+-- settle (any outcomes), then a claim for the worker that sent it, in one round
+-- trip and one transaction (settle_and_claim; the order as in complete_claim).
+-- settle() releases dependents at the clock's time, after the claim's now: a
+-- dependent it released is claimed by the worker's next claim, not this one.
+-- Rows: settle's, then ('job' | 'expired', ..., the job row) per claimed or
+-- expired job.
+WITH settled AS MATERIALIZED (
+    SELECT * FROM __schema__.settle($1::text[], $2::text[], $3::text[], $4::bytea[],
+        $5::text[], $6::jsonb[], $7::float8[], $8::bytea[], $9::text[], $10::integer[],
+        $11::float8[])
+), n AS (
+    SELECT count(*) AS n FROM settled
+)
+SELECT settled.out_kind, settled.out_name, settled.out_state, settled.out_failures,
+    settled.out_until, NULL::__schema__.jobs
+FROM settled
+UNION ALL
+SELECT CASE WHEN c.state = 'active' THEN 'job' ELSE 'expired' END, NULL, NULL, NULL, NULL, c
+FROM n, __schema__.claim(CASE WHEN n.n >= 0 THEN $12::text[] END, $13::integer, $14::float8,
+    $15::text, $16::text, $17::text[], $18::integer[], $19::text[], $20::integer[],
+    $21::float8[], $22::boolean, $23::text[], $24::integer[], $25::text[], $26::integer[],
+    $27::float8[]) AS c;
+
 -- name: renew
 -- Extend the leases held under their tokens; returns the renewed ids and
 -- their cancel flags.

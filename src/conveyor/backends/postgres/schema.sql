@@ -1637,8 +1637,12 @@ $$;
 -- dependencies are read, in a later statement: of concurrent completions of a
 -- join's last dependencies, the last to lock it sees the others committed, so
 -- it is released exactly once. Returns (and notifies) the released jobs' queues.
-CREATE FUNCTION __schema__.resolve_dependents(p_finished text[]) RETURNS SETOF text
-LANGUAGE plpgsql STRICT
+-- Version 10: p_now is the release time (NULL: the clock). complete_claim
+-- (queries.sql) passes its statement's start, the time its claim counts as
+-- now, so that a dependent it releases is due to that claim.
+CREATE FUNCTION __schema__.resolve_dependents(p_finished text[], p_now float8)
+RETURNS SETOF text
+LANGUAGE plpgsql
 -- Every statement here follows keys from a few rows: by index, whatever the
 -- table statistics say (a hash join would scan job_dependencies once per level
 -- of a chain). No JIT: those settings' cost penalties would trigger it.
@@ -1646,13 +1650,16 @@ SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
 SET jit = off
+-- Version 10: one generic plan per statement. Planning them anew on every call
+-- (the plan cache's choice for a few of them) cost more than running them.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_now float8 := extract(epoch FROM clock_timestamp())::float8;
+    v_now float8 := coalesce(p_now, extract(epoch FROM clock_timestamp())::float8);
     v_done text[];
     v_candidates text[];
 BEGIN
-    IF cardinality(p_finished) = 0 THEN
+    IF p_finished IS NULL OR cardinality(p_finished) = 0 THEN
         RETURN;
     END IF;
     WITH RECURSIVE doomed(id) AS (
@@ -1714,3 +1721,11 @@ BEGIN
     SELECT woken.queue FROM woken, pg_notify('__channel__', woken.queue);
 END;
 $$;
+
+
+-- resolve_dependents(p_finished): released at the clock's time (settle(),
+-- claim()'s TTL expiry, complete). Version 10: a wrapper of the two-argument
+-- function.
+CREATE FUNCTION __schema__.resolve_dependents(p_finished text[]) RETURNS SETOF text
+LANGUAGE sql STRICT
+AS $$ SELECT __schema__.resolve_dependents(p_finished, NULL) $$;

@@ -5,16 +5,20 @@ and cancel_requests: one statement each, fenced by lease token."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from conveyor import serialization
 from conveyor.backends.base import (
     CircuitInfo,
     CircuitState,
+    ClaimRequest,
+    ClaimResult,
     Outcome,
     RenewResult,
     Settlement,
     SettleResult,
 )
+from conveyor.backends.postgres.claim import claim_args, claim_result
 from conveyor.backends.postgres.connection import Pool
 from conveyor.backends.postgres.queries import Queries
 
@@ -40,13 +44,9 @@ async def renew_leases(
     return result
 
 
-async def settle_jobs(
-    pool: Pool, q: Queries, settlements: Sequence[Settlement]
-) -> tuple[SettleResult, set[str]]:
-    """The result, and the queues that got a job back (to wake their waiters)."""
-    result = SettleResult()
-    # A job settled twice in one batch: the first settlement wins, the
-    # rest are refused (the job is no longer active under that token).
+def _distinct(settlements: Sequence[Settlement], result: SettleResult) -> list[Settlement]:
+    """A job settled twice in one batch: the first settlement wins, the rest
+    are refused (the job is no longer active under that token)."""
     seen: set[str] = set()
     batch: list[Settlement] = []
     for s in settlements:
@@ -55,29 +55,22 @@ async def settle_jobs(
         else:
             seen.add(s.job_id)
             batch.append(s)
-    wake: set[str] = set()
-    if all(s.outcome is Outcome.COMPLETE for s in batch):
-        rows = await pool.fetch(
-            "settle",
-            q.complete,
-            [s.job_id for s in batch],
-            [s.lease_token for s in batch],
-            [s.result for s in batch],
-            [s.progress for s in batch],
-            sorted({s.task for s in batch if s.circuit is not None}),
-        )
-        for kind, name in rows:
-            if kind == "refused":
-                result.refused.add(name)
-            elif kind == "wake":  # a dependent released by a completion
-                wake.add(name)
-            else:
-                result.circuit_changes.append(CircuitInfo(name, CircuitState.CLOSED, 0, None))
-        return result, wake
+    return batch
+
+
+def _complete_args(batch: Sequence[Settlement]) -> tuple[Any, ...]:
+    return (
+        [s.job_id for s in batch],
+        [s.lease_token for s in batch],
+        [s.result for s in batch],
+        [s.progress for s in batch],
+        sorted({s.task for s in batch if s.circuit is not None}),
+    )
+
+
+def _settle_args(batch: Sequence[Settlement]) -> tuple[Any, ...]:
     counted = any(s.circuit is not None for s in batch)
-    rows = await pool.fetch(
-        "settle",
-        q.settle,
+    return (
         [s.job_id for s in batch],
         [s.lease_token for s in batch],
         [s.outcome.value for s in batch],
@@ -90,18 +83,75 @@ async def settle_jobs(
         [s.circuit.threshold if s.circuit else None for s in batch] if counted else None,
         [s.circuit.open_for if s.circuit else None for s in batch] if counted else None,
     )
+
+
+def _read_settle_row(
+    result: SettleResult,
+    wake: set[str],
+    kind: str,
+    name: str,
+    state: str | None,
+    failures: int | None,
+    open_until: float | None,
+) -> None:
+    if kind == "refused":
+        result.refused.add(name)
+    elif kind == "cancelled":
+        result.cancelled.add(name)
+    elif kind == "wake":  # a queue that got a job back, or a dependent released
+        wake.add(name)
+    elif kind == "circuit":
+        result.circuit_changes.append(
+            CircuitInfo(name, CIRCUIT_STATES[state or "closed"], failures or 0, open_until)
+        )
+
+
+async def settle_jobs(
+    pool: Pool, q: Queries, settlements: Sequence[Settlement]
+) -> tuple[SettleResult, set[str]]:
+    """The result, and the queues that got a job back (to wake their waiters)."""
+    result = SettleResult()
+    batch = _distinct(settlements, result)
+    wake: set[str] = set()
+    if all(s.outcome is Outcome.COMPLETE for s in batch):
+        rows = await pool.fetch("settle", q.complete, *_complete_args(batch))
+        for kind, name in rows:
+            if kind == "refused":
+                result.refused.add(name)
+            elif kind == "wake":  # a dependent released by a completion
+                wake.add(name)
+            else:
+                result.circuit_changes.append(CircuitInfo(name, CircuitState.CLOSED, 0, None))
+        return result, wake
+    rows = await pool.fetch("settle", q.settle, *_settle_args(batch))
     for kind, name, state, failures, open_until in rows:
-        if kind == "refused":
-            result.refused.add(name)
-        elif kind == "cancelled":
-            result.cancelled.add(name)
-        elif kind == "wake":
-            wake.add(name)
-        elif kind == "circuit":
-            result.circuit_changes.append(
-                CircuitInfo(name, CIRCUIT_STATES[state], failures, open_until)
-            )
+        _read_settle_row(result, wake, kind, name, state, failures, open_until)
     return result, wake
+
+
+async def settle_and_claim(
+    pool: Pool, q: Queries, settlements: Sequence[Settlement], request: ClaimRequest
+) -> tuple[SettleResult, ClaimResult, set[str]]:
+    """settle_jobs then claim_jobs in one statement (``complete_claim`` or
+    ``settle_claim``): one round trip, one transaction."""
+    result = SettleResult()
+    batch = _distinct(settlements, result)
+    if all(s.outcome is Outcome.COMPLETE for s in batch):
+        rows = await pool.fetch(
+            "settle and claim", q.complete_claim, *_complete_args(batch), *claim_args(request)
+        )
+    else:
+        rows = await pool.fetch(
+            "settle and claim", q.settle_claim, *_settle_args(batch), *claim_args(request)
+        )
+    wake: set[str] = set()
+    jobs = []
+    for kind, name, state, failures, open_until, job in rows:
+        if job is not None:
+            jobs.append(job)
+        else:
+            _read_settle_row(result, wake, kind, name, state, failures, open_until)
+    return result, claim_result(jobs), wake
 
 
 def _error_json(s: Settlement) -> str | None:

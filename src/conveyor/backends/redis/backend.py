@@ -42,6 +42,10 @@ from conveyor.ratelimit import RateLimit
 from conveyor.settings import Settings
 
 
+def _claimed(answer: tuple[base.SettleResult, base.ClaimResult]) -> base.ClaimResult:
+    return answer[1]
+
+
 class RedisBackend(base.Backend):
     """Jobs in Redis (standalone or cluster), shared by every process."""
 
@@ -113,6 +117,15 @@ class RedisBackend(base.Backend):
 
     async def settle_jobs(self, settlements: Sequence[base.Settlement]) -> base.SettleResult:
         return await settle.settle_jobs(self._conn, settlements)
+
+    async def settle_and_claim(
+        self, settlements: Sequence[base.Settlement], request: base.ClaimRequest
+    ) -> tuple[base.SettleResult, base.ClaimResult]:
+        if not settlements:
+            return base.SettleResult(), await self.claim_jobs(request)
+        return await self._claims.run_part(
+            settle.settle_and_claim(self._conn, settlements, request), _claimed
+        )
 
     async def save_progress(self, items: Sequence[tuple[str, str, bytes]]) -> set[str]:
         return await settle.save_progress(self._conn, items)

@@ -22,6 +22,11 @@ DUE_SLACK = 0.002
 
 
 async def claim_jobs(conn: RedisConnection, request: base.ClaimRequest) -> base.ClaimResult:
+    return decode.claim_result(await conn.run("claim", *claim_call(conn, request)))
+
+
+def claim_call(conn: RedisConnection, request: base.ClaimRequest) -> tuple[list[str], list[Any]]:
+    """``claim-4.lua``'s keys and arguments for ``request`` (a fresh lease token)."""
     queues = list(dict.fromkeys(request.queues))
     argv: list[Any] = [
         request.worker_id,
@@ -46,8 +51,7 @@ async def claim_jobs(conn: RedisConnection, request: base.ClaimRequest) -> base.
     for task, rate in request.key_rate_limits.items():
         argv += (task, rate.limit, rate.period)
     k = conn.keys
-    keys = [k.delayed, k.expiring, k.active, k.done("failed")]
-    return decode.claim_result(await conn.run("claim", keys, argv))
+    return [k.delayed, k.expiring, k.active, k.done("failed")], argv
 
 
 async def wait_for_work(

@@ -52,12 +52,16 @@ class DirectConnections:
     async def pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Send ``commands`` in one write and read a reply for each. An error reply
         raises, once every reply is read (the connection stays usable)."""
-        async with self._slots:
-            replies = await self._pipeline(commands)
+        replies = await self.replies(commands)
         for reply in replies:
             if isinstance(reply, ResponseError):
                 raise reply
         return replies
+
+    async def replies(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """:meth:`pipeline` with error replies returned in place (``ResponseError``)."""
+        async with self._slots:
+            return await self._pipeline(commands)
 
     async def _pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         reused = bool(self._idle)

@@ -70,6 +70,18 @@ class ScriptRunner:
             raise ValueError(f"{name}: {len(keys)} keys given, the script takes {script.numkeys}")
         return script.sha, [script.numkeys, *keys, self.base, *argv]
 
+    async def run_pair(
+        self, first: tuple[str, list[str], list[Any]], second: tuple[str, list[str], list[Any]]
+    ) -> list[Any]:
+        """Two scripts in one round trip, one after the other, on a standalone
+        server's own connections; a reply is the script's answer or its error
+        (``NoScriptError`` when the server lacks it), never raised."""
+        calls = [self.args(*first), self.args(*second)]
+        # Our own connections (direct.py): a cluster client refuses scripts in
+        # its pipelines, so its callers make two calls instead.
+        replies = self.client.replies  # type: ignore[attr-defined]
+        return list(await replies([("EVALSHA", sha, *rest) for sha, rest in calls]))
+
     async def run(self, name: str, keys: list[str], argv: list[Any]) -> Any:
         sha, rest = self.args(name, keys, argv)
         try:

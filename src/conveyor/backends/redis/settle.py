@@ -8,11 +8,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from conveyor import serialization
 from conveyor.backends import base
 from conveyor.backends.redis import decode
+from conveyor.backends.redis.claim import claim_call, claim_jobs
 from conveyor.backends.redis.connection import RedisConnection
 from conveyor.backends.redis.encode import opt
+from conveyor.errors import BackendError
 
 _COMPLETE = base.Outcome.COMPLETE
 
@@ -23,6 +27,45 @@ async def settle_jobs(
     if not settlements:
         conn.ready()
         return base.SettleResult()
+    return _settle_result(await conn.run("settle", *_settle_call(conn, settlements)))
+
+
+async def settle_and_claim(
+    conn: RedisConnection, settlements: Sequence[base.Settlement], request: base.ClaimRequest
+) -> tuple[base.SettleResult, base.ClaimResult]:
+    """``settle-5.lua`` then ``claim-4.lua``, pipelined: one round trip. Each
+    script is atomic; the claim runs after the settle, so it sees what the
+    settle released. A claim that failed (the settle stored) claims nothing:
+    the worker's own claim loop takes over."""
+    _, runner = conn.ready()
+    settle_call = _settle_call(conn, settlements)
+    if conn.direct is None:
+        # A cluster client: redis-py refuses scripts in its pipelines. Two
+        # round trips; a claim that fails leaves the settle's answer standing.
+        settled = await conn.run("settle", *settle_call)
+        try:
+            return _settle_result(settled), await claim_jobs(conn, request)
+        except BackendError:
+            return _settle_result(settled), base.ClaimResult([])
+    async with conn.errors("settle_and_claim"):
+        settled, claimed = await runner.run_pair(
+            ("settle", *settle_call), ("claim", *claim_call(conn, request))
+        )
+        if isinstance(claimed, NoScriptError) or isinstance(settled, NoScriptError):
+            await runner.load_all()  # the server forgot them (restart, SCRIPT FLUSH)
+        if isinstance(settled, NoScriptError):
+            settled = await runner.run("settle", *settle_call)
+        elif isinstance(settled, Exception):
+            raise settled
+    if isinstance(claimed, Exception):
+        return _settle_result(settled), base.ClaimResult([])
+    return _settle_result(settled), decode.claim_result(claimed)
+
+
+def _settle_call(
+    conn: RedisConnection, settlements: Sequence[base.Settlement]
+) -> tuple[list[str], list[Any]]:
+    """``settle-5.lua``'s keys and arguments."""
     argv: list[Any] = [len(settlements)]
     extend = argv.extend
     for s in settlements:
@@ -47,8 +90,11 @@ async def settle_jobs(
             )
         )
     k = conn.keys
-    keys = [k.active, k.delayed, k.circuits, k.expiring, k.wake]
-    refused, cancelled, changes = await conn.run("settle", keys, argv)
+    return [k.active, k.delayed, k.circuits, k.expiring, k.wake], argv
+
+
+def _settle_result(reply: Any) -> base.SettleResult:
+    refused, cancelled, changes = reply
     return base.SettleResult(
         refused=set(decode.text_list(refused)),
         cancelled=set(decode.text_list(cancelled)),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 
@@ -47,6 +48,19 @@ from conveyor.ratelimit import RateLimit
 from conveyor.settings import Settings
 
 logger = logging.getLogger("conveyor.backends.sqlite")
+
+
+def _settle_then_claim(
+    conn: sqlite3.Connection, settlements: list[base.Settlement], request: base.ClaimRequest
+) -> tuple[base.SettleResult, set[str], base.ClaimResult]:
+    """settle_and_claim's transaction: the claim's clock is read after the
+    settle's, so what the settle released is due to it."""
+    result, wake = settle.settle(conn, settlements)
+    return result, wake, claim.claim(conn, request)
+
+
+def _claimed(answer: tuple[base.SettleResult, set[str], base.ClaimResult]) -> base.ClaimResult:
+    return answer[2]
 
 
 class SQLiteBackend(UpdateScheduleByChange, base.Backend):
@@ -143,6 +157,17 @@ class SQLiteBackend(UpdateScheduleByChange, base.Backend):
         result, wake = await self._writer.write(settle.settle, list(settlements))
         self._waits.signal.notify(wake)
         return result
+
+    async def settle_and_claim(
+        self, settlements: Sequence[base.Settlement], request: base.ClaimRequest
+    ) -> tuple[base.SettleResult, base.ClaimResult]:
+        if not settlements:
+            return base.SettleResult(), await self.claim_jobs(request)
+        result, wake, claimed = await self._claims.run_part(
+            self._writer.start_write(_settle_then_claim, list(settlements), request), _claimed
+        )
+        self._waits.signal.notify(wake)
+        return result, claimed
 
     async def save_progress(self, items: Sequence[tuple[str, str, bytes]]) -> set[str]:
         if not items:
