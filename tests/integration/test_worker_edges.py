@@ -255,18 +255,22 @@ async def test_an_outcome_the_store_refuses_for_longer_than_the_lease_keeps_its_
     app = stack.app(lease="0.6s", stall_interval="0.1s")
     recorder = Recorder(app, "stalled")
     backend = await app.connect()
-    original = backend.settle_jobs
     refused_until: list[float] = []
     runs: list[int] = []
 
-    async def unavailable(*args: Any, **kwargs: Any) -> Any:
-        if not refused_until:  # from the first outcome on, for four leases
-            refused_until.append(asyncio.get_running_loop().time() + 2.4)
-        if asyncio.get_running_loop().time() < refused_until[0]:
-            raise BackendUnavailable("settle cannot get through")
-        return await original(*args, **kwargs)
+    def refused_for_four_leases(original: Any) -> Any:
+        async def unavailable(*args: Any, **kwargs: Any) -> Any:
+            if not refused_until:  # from the first outcome on, for four leases
+                refused_until.append(asyncio.get_running_loop().time() + 2.4)
+            if asyncio.get_running_loop().time() < refused_until[0]:
+                raise BackendUnavailable("settle cannot get through")
+            return await original(*args, **kwargs)
 
-    backend.settle_jobs = unavailable  # type: ignore[method-assign]
+        return unavailable
+
+    backend.settle_jobs = refused_for_four_leases(backend.settle_jobs)  # type: ignore[method-assign]
+    # A worker waiting for work sends its outcomes with a claim.
+    backend.settle_and_claim = refused_for_four_leases(backend.settle_and_claim)  # type: ignore[method-assign]
 
     @app.task("finished.early")
     async def finished_early(ctx: JobContext) -> int:
