@@ -401,7 +401,10 @@ async def test_burst_worker_runs_a_retry_that_is_due_at_once(
     # A slow store: the failed attempt's outcome is stored after the next
     # claim came back empty. Its retry is due, so the burst is not over.
     app = stack.app()
-    slow_down(monkeypatch, await app.connect(), "settle_jobs", send_after=0.2)
+    backend = await app.connect()
+    slow_down(monkeypatch, backend, "settle_jobs", send_after=0.2)
+    # A worker waiting for work sends its outcomes with a claim.
+    slow_down(monkeypatch, backend, "settle_and_claim", send_after=0.2)
     attempts: list[int] = []
 
     @app.task("flaky", attempts=2, backoff=Backoff.fixed(0))
