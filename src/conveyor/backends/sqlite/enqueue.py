@@ -36,10 +36,14 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
     """Insert ``jobs`` (one transaction); duplicates by idempotency key insert nothing."""
     now = time.time()
     names = list(dict.fromkeys(j.queue for j in jobs))
-    configs: dict[str, tuple[int | None, float | None]] = {
-        name: (max_size, ttl)
-        for name, max_size, ttl in conn.execute(Q.queue_configs, {"names": json_param(names)})
-    }
+    configs: dict[str, tuple[int | None, float | None]] = {}
+    fair: set[str] = set()  # the fair queues: their jobs go in with fair = 1
+    for name, max_size, ttl, is_fair in conn.execute(
+        Q.queue_configs, {"names": json_param(names)}
+    ):
+        configs[name] = (max_size, ttl)
+        if is_fair:
+            fair.add(name)
     known: dict[str, Job] = {}
     if any(j.idempotency_key is not None for j in jobs):
         known = _live_keys(conn, jobs, now)
@@ -104,8 +108,10 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             nj.concurrency_key is not None
             or nj.rate_limit_key is not None
             or (plan is not None and in_workflow(nj))
+            or (fair and queue in fair)
         ):
-            flow_rows.append(_workflow_row(nj, state, ttl, run_at, now, expires_at))
+            row = _workflow_row(nj, state, ttl, run_at, now, expires_at, queue in fair)
+            flow_rows.append(row)
         elif (
             ttl is None
             and key is None
@@ -298,10 +304,11 @@ def _workflow_row(
     run_at: float,
     now: float,
     expires_at: float | None,
+    fair: bool,
 ) -> tuple[Any, ...]:
-    """The 23 parameters of ``insert_workflow_job`` for a job with dependencies,
-    a workflow, a concurrency key or a rate limit key (a job cancelled at once
-    carries its reason and end)."""
+    """The 24 parameters of ``insert_workflow_job`` for a job with dependencies,
+    a workflow, a concurrency key or a rate limit key, or of a fair queue (a
+    job cancelled at once carries its reason and end)."""
     cancelled = state is JobState.CANCELLED
     return (
         nj.id,
@@ -327,6 +334,7 @@ def _workflow_row(
         now if cancelled else None,
         nj.concurrency_key,
         nj.rate_limit_key,
+        1 if fair else None,
     )
 
 

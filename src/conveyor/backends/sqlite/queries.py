@@ -81,6 +81,8 @@ class Queries:
     fair_pass_set: LiteralString
     fair_tenant_waits: LiteralString
     fair_tenant_drop: LiteralString
+    queue_fairness: LiteralString
+    mark_queue_fair: LiteralString
     fair_tenants_fill: LiteralString
     fair_tenants_clear: LiteralString
     fair_vtime: LiteralString
