@@ -38,9 +38,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
     names = list(dict.fromkeys(j.queue for j in jobs))
     configs: dict[str, tuple[int | None, float | None]] = {}
     fair: set[str] = set()  # the fair queues: their jobs go in with fair = 1
-    for name, max_size, ttl, is_fair in conn.execute(
-        Q.queue_configs, {"names": json_param(names)}
-    ):
+    for name, max_size, ttl, is_fair in conn.execute(Q.queue_configs, {"names": json_param(names)}):
         configs[name] = (max_size, ttl)
         if is_fair:
             fair.add(name)
