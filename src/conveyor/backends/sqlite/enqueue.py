@@ -57,6 +57,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
     results: list[Job] = []
     runs: dict[tuple[Any, ...], list[NewJob]] = {}  # plain jobs, by what they share
     rows: list[tuple[Any, ...]] = []  # insert_job
+    fair_rows: list[tuple[Any, ...]] = []  # insert_fair_job: jobs of fair queues
     flow_rows: list[tuple[Any, ...]] = []  # insert_workflow_job
     key_rows: list[tuple[Any, ...]] = []
     postponed: list[tuple[Any, ...]] = []  # postpone_job, run after the inserts
@@ -106,7 +107,6 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             nj.concurrency_key is not None
             or nj.rate_limit_key is not None
             or (plan is not None and in_workflow(nj))
-            or (fair and queue in fair)
         ):
             row = _workflow_row(nj, state, ttl, run_at, now, expires_at, queue in fair)
             flow_rows.append(row)
@@ -117,6 +117,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             and nj.tenant is None
             and nj.retry_of is None
             and nj.metadata is None
+            and not (fair and queue in fair)
         ):
             shared = (nj.task, queue, state.value, nj.priority, nj.max_attempts, run_at)
             run = runs.get(shared)
@@ -124,7 +125,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
                 runs[shared] = run = []
             run.append(nj)
         else:
-            rows.append(
+            (fair_rows if fair and queue in fair else rows).append(
                 (
                     nj.id,
                     nj.task,
@@ -210,6 +211,8 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
         _insert_plain(conn, runs, now)
     if rows:
         conn.executemany(Q.insert_job, rows)
+    if fair_rows:
+        conn.executemany(Q.insert_fair_job, fair_rows)
     if flow_rows:
         conn.executemany(Q.insert_workflow_job, flow_rows)
     if plan is not None:
@@ -305,8 +308,8 @@ def _workflow_row(
     fair: bool,
 ) -> tuple[Any, ...]:
     """The 24 parameters of ``insert_workflow_job`` for a job with dependencies,
-    a workflow, a concurrency key or a rate limit key, or of a fair queue (a
-    job cancelled at once carries its reason and end)."""
+    a workflow, a concurrency key or a rate limit key (a job cancelled at once
+    carries its reason and end; ``fair``: its queue is fair)."""
     cancelled = state is JobState.CANCELLED
     return (
         nj.id,

@@ -52,6 +52,7 @@ class Queries:
     live_keys: LiteralString
     count_pending: LiteralString
     insert_job: LiteralString
+    insert_fair_job: LiteralString
     insert_plain_job: LiteralString
     insert_job_run: LiteralString
     dependency_states: LiteralString

@@ -43,6 +43,14 @@ INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, 
                   created_at, expires_at, idempotency_key, tenant, retry_of, payload, metadata)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16);
 
+-- name: insert_fair_job
+-- insert_job for a job of a fair queue: the same 16 parameters, fair = 1 (a
+-- constant, so a plain job binds nothing more). Tables: jobs.
+INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
+                  created_at, expires_at, idempotency_key, tenant, retry_of, payload, metadata,
+                  fair)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, 1);
+
 -- name: insert_plain_job
 -- Insert one new job with no options (no timeout, TTL, idempotency key,
 -- tenant, retry_of or metadata), 9 parameters instead of 16 (executemany).
@@ -74,8 +82,8 @@ WHERE id IN (SELECT value FROM json_each(:ids));
 -- concurrency key (executemany): every column insert_job writes, plus
 -- depends_on (JSON array text), on_dependency_failure, workflow_id,
 -- failure_reason/finished_at for a job cancelled at once because a dependency
--- already failed, concurrency_key and rate_limit_key; and every job of a fair
--- queue, with fair (?24: 1, NULL for the others). Tables: jobs.
+-- already failed, concurrency_key and rate_limit_key; fair (?24: 1 for a job of
+-- a fair queue, NULL otherwise). Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
                   created_at, expires_at, idempotency_key, tenant, retry_of, payload, metadata,
                   depends_on, on_dependency_failure, workflow_id, failure_reason, finished_at,
