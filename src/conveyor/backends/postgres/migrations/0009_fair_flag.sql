@@ -13,13 +13,15 @@
 -- signatures and are replaced in place.
 ALTER TABLE __schema__.jobs ADD COLUMN fair boolean NOT NULL DEFAULT false;
 
--- The jobs of the queues fair before this migration.
-UPDATE __schema__.jobs SET fair = true
-WHERE queue IN (SELECT q.name FROM __schema__.queues AS q WHERE q.fairness IS NOT NULL);
-
 DROP INDEX __schema__.jobs_fair;
 CREATE INDEX jobs_fair ON __schema__.jobs (queue, tenant COLLATE "C", priority DESC, run_at, id)
     WHERE state = 'waiting' AND fair;
+
+-- The jobs of the queues fair before this migration (after the index: an
+-- index built over rows updated in the same transaction could not serve
+-- transactions older than it until they end).
+UPDATE __schema__.jobs SET fair = true
+WHERE queue IN (SELECT q.name FROM __schema__.queues AS q WHERE q.fairness IS NOT NULL);
 
 CREATE OR REPLACE FUNCTION __schema__.enqueue(
     p_ids text[], p_tasks text[], p_queues text[], p_payloads bytea[], p_priorities integer[],
