@@ -177,3 +177,36 @@ def test_unknown_numbers_are_refused() -> None:
         PostgresBackend("postgresql://localhost/db?pool_size=zero")
     with pytest.raises(ConfigurationError, match="command_timeout"):
         PostgresBackend("postgresql://localhost/db?command_timeout=-1")
+
+
+async def test_fair_flag_migration_marks_the_jobs_of_fair_queues(
+    conn: asyncpg.Connection, schemas: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 9 flags the jobs stored under version 8 of queues already fair,
+    so their waiting jobs stay in the fair index."""
+    from conveyor.backends.postgres import migrate as migrate_module
+
+    name = fresh(schemas)
+    up_to_8 = [m for m in migrate_module.load_migrations() if m.version <= 8]
+    monkeypatch.setattr(migrate_module, "load_migrations", lambda: up_to_8)
+    assert (await migrate(conn, name, f"{name}_work")).after == 8
+    monkeypatch.undo()
+    await conn.execute(f"INSERT INTO \"{name}\".queues (name, fairness) VALUES ('fair', 'tenant')")
+    await conn.executemany(
+        f'INSERT INTO "{name}".jobs (id, task, queue, state, run_at, created_at, tenant, payload)'
+        " VALUES ($1, 't', $2, $3, $4, 0, $5, '{}')",
+        [
+            ("a1", "fair", "waiting", 1.0, "a"),
+            ("a2", "fair", "waiting", 2.0, "a"),
+            ("b1", "fair", "delayed", 3.0, "b"),
+            ("p1", "plain", "waiting", 1.0, "a"),
+        ],
+    )
+    assert (await migrate(conn, name, f"{name}_work")).after == LATEST
+    flags = dict(await conn.fetch(f'SELECT id, fair FROM "{name}".jobs'))
+    assert flags == {"a1": True, "a2": True, "b1": True, "p1": False}
+    definition = await conn.fetchval(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'jobs_fair'",
+        name,
+    )
+    assert definition.endswith("WHERE ((state = 'waiting'::text) AND fair)")

@@ -206,3 +206,41 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
         await backend.open()
     await backend.close()
     assert version_of(path) == LATEST + 1
+
+
+async def test_fair_flag_migration_marks_the_jobs_of_fair_queues(tmp_path: Path) -> None:
+    """0010 flags the jobs stored under 0009 of queues already fair, so their
+    waiting jobs stay in the fair index and keep their tenants' turns."""
+    path = tmp_path / "upgrade.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        for migration in load_migrations():
+            if migration.version < 10:
+                for statement in migration.statements:
+                    db.execute(statement)
+        db.execute("INSERT INTO queues (name, fairness) VALUES ('fair', 'tenant')")
+        insert = (
+            "INSERT INTO jobs (id, task, queue, state, priority, max_attempts, run_at,"
+            " created_at, tenant, payload) VALUES (?, 't', ?, ?, 0, 3, ?, 0, ?, x'7b7d')"
+        )
+        rows = [
+            ("a1", "fair", "waiting", 1.0, "a"),
+            ("a2", "fair", "waiting", 2.0, "a"),
+            ("b1", "fair", "delayed", 3.0, "b"),
+            ("p1", "plain", "waiting", 1.0, "a"),
+        ]
+        db.executemany(insert, rows)
+        db.execute("COMMIT")
+    finally:
+        db.close()
+    assert migrate_file(path) == 9
+    assert version_of(path) == LATEST
+    with sqlite3.connect(path) as done:
+        flags = dict(done.execute("SELECT id, fair FROM jobs").fetchall())
+        fair_index = done.execute(
+            "SELECT id FROM jobs INDEXED BY jobs_fair"
+            " WHERE state = 'waiting' AND fair = 1 AND queue = 'fair' ORDER BY id"
+        ).fetchall()
+    assert flags == {"a1": 1, "a2": 1, "b1": 1, "p1": None}
+    assert fair_index == [("a1",), ("a2",)]

@@ -104,15 +104,27 @@ async def purge_jobs(pool: Pool, q: Queries, where: JobFilter) -> int:
 
 
 async def configure_queue(pool: Pool, q: Queries, info: QueueInfo) -> None:
-    await pool.execute(
-        "configure queue",
-        q.configure_queue,
-        info.name,
-        info.max_size,
-        info.ttl,
-        info.fairness,
-        json.dumps(info.weights),
-    )
+    weights = json.dumps(info.weights)
+    async with pool.acquire("configure queue") as conn:
+        # The usual case: the fairness stays as it is (no row: plain).
+        if info.fairness is None:
+            kept = await conn.fetchval(
+                q.configure_queue_plain, info.name, info.max_size, info.ttl, weights
+            )
+        else:
+            kept = await conn.fetchval(
+                q.configure_queue_fair, info.name, info.max_size, info.ttl, info.fairness, weights
+            )
+        if kept is not None:
+            return
+        # A switch: every job of the queue carries its fairness (jobs_fair);
+        # the lock keeps enqueues out until the flags are written.
+        async with conn.transaction():
+            await conn.execute(q.lock_jobs_for_fairness)
+            await conn.execute(
+                q.configure_queue, info.name, info.max_size, info.ttl, info.fairness, weights
+            )
+            await conn.execute(q.mark_queue_fair, info.name, info.fairness is not None)
 
 
 async def set_queue_paused(pool: Pool, q: Queries, name: str, paused: bool) -> None:

@@ -88,6 +88,10 @@ class Queries:
     prune_fair_passes: LiteralString
     prune_rate_key_starts: LiteralString
     configure_queue: LiteralString
+    configure_queue_plain: LiteralString
+    configure_queue_fair: LiteralString
+    lock_jobs_for_fairness: LiteralString
+    mark_queue_fair: LiteralString
     tenant_counts: LiteralString
     key_counts: LiteralString
     rate_key_usage: LiteralString

@@ -347,15 +347,16 @@ SELECT state, retried_as FROM __schema__.jobs WHERE id = $1::text FOR UPDATE;
 -- name: insert_retry_copy
 -- Copy failed job $1 into a new waiting job $2, fresh attempts, same TTL from
 -- now, same place in a workflow (depends_on, its policy, workflow_id), same
--- concurrency_key and rate_limit_key.
+-- concurrency_key and rate_limit_key; fair, which every job of a queue has
+-- as the queue is.
 INSERT INTO __schema__.jobs (id, task, queue, state, priority, max_attempts, timeout, ttl,
                              run_at, created_at, expires_at, tenant, retry_of, payload, metadata,
                              depends_on, on_dependency_failure, workflow_id, concurrency_key,
-                             rate_limit_key)
+                             rate_limit_key, fair)
 SELECT $2::text, o.task, o.queue, 'waiting', o.priority, o.max_attempts, o.timeout, o.ttl,
        t.now, t.now, t.now + o.ttl, o.tenant, o.id, o.payload, o.metadata,
        o.depends_on, o.on_dependency_failure, o.workflow_id, o.concurrency_key,
-       o.rate_limit_key
+       o.rate_limit_key, o.fair
 FROM __schema__.jobs AS o,
      (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) AS t
 WHERE o.id = $1::text
@@ -604,14 +605,53 @@ ON CONFLICT (name) DO UPDATE SET
     max_size = excluded.max_size, ttl = excluded.ttl,
     fairness = excluded.fairness, weights = excluded.weights;
 
+-- name: configure_queue_plain
+-- configure_queue for a queue that is and stays plain (no row: plain): a row
+-- only when it was plain when locked, so a concurrent switch to fair is seen.
+INSERT INTO __schema__.queues (name, max_size, ttl, fairness, weights)
+VALUES ($1::text, $2::integer, $3::float8, NULL, $4::text::jsonb)
+ON CONFLICT (name) DO UPDATE SET
+    max_size = excluded.max_size, ttl = excluded.ttl, weights = excluded.weights
+    WHERE queues.fairness IS NULL
+RETURNING 1;
+
+-- name: configure_queue_fair
+-- configure_queue for a queue that is and stays fair: a row only when it was
+-- fair when locked.
+UPDATE __schema__.queues SET max_size = $2::integer, ttl = $3::float8, fairness = $4::text,
+    weights = $5::text::jsonb
+WHERE name = $1::text AND fairness IS NOT NULL
+RETURNING 1;
+
+-- name: lock_jobs_for_fairness
+-- A queue's fairness changes: no job is written until its jobs are flagged
+-- (enqueues read the fairness in their INSERT, after this lock is released).
+LOCK TABLE __schema__.jobs IN SHARE ROW EXCLUSIVE MODE;
+
+-- name: mark_queue_fair
+-- Every job of queue $1, in any state, flagged fair ($2) as the queue now is
+-- (a finished one may wait again: a retry copies the flag, a resumed
+-- dependent keeps it). A pass over the jobs, only when the fairness changes.
+UPDATE __schema__.jobs SET fair = $2::boolean WHERE queue = $1::text AND fair <> $2::boolean;
+
 -- name: tenant_counts
 -- Waiting (+ delayed) and active jobs per tenant of one queue: most waiting
 -- first, then most active, then by name (bytewise, NULL first). Each state
--- from its own partial index.
+-- from its own partial index (the waiting jobs of a fair queue, all flagged
+-- fair, from jobs_fair; of a plain one from jobs_claim).
 SELECT c.tenant, sum(c.waiting)::integer AS waiting, sum(c.active)::integer AS active
 FROM (
     SELECT j.tenant, count(*) AS waiting, 0 AS active FROM __schema__.jobs AS j
-    WHERE j.state = 'waiting' AND j.queue = $1::text GROUP BY j.tenant
+    WHERE j.state = 'waiting' AND j.fair AND j.queue = $1::text
+      AND EXISTS (SELECT 1 FROM __schema__.queues AS q
+                  WHERE q.name = $1::text AND q.fairness IS NOT NULL)
+    GROUP BY j.tenant
+    UNION ALL
+    SELECT j.tenant, count(*), 0 FROM __schema__.jobs AS j
+    WHERE j.state = 'waiting' AND j.queue = $1::text
+      AND NOT EXISTS (SELECT 1 FROM __schema__.queues AS q
+                      WHERE q.name = $1::text AND q.fairness IS NOT NULL)
+    GROUP BY j.tenant
     UNION ALL
     SELECT j.tenant, count(*), 0 FROM __schema__.jobs AS j
     WHERE j.state = 'delayed' AND j.queue = $1::text GROUP BY j.tenant

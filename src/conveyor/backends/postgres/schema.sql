@@ -40,7 +40,8 @@ CREATE TABLE __schema__.jobs (
     has_dependents   boolean NOT NULL DEFAULT false,
     dispatched_at    float8,
     concurrency_key  text,
-    rate_limit_key   text
+    rate_limit_key   text,
+    fair             boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 90, autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 
 -- Every state has its own partial index, so the waiting jobs' index stays the
@@ -68,9 +69,10 @@ CREATE INDEX jobs_workflow ON __schema__.jobs (workflow_id, id) WHERE workflow_i
 CREATE INDEX jobs_key_active ON __schema__.jobs (task, concurrency_key)
     WHERE state = 'active' AND concurrency_key IS NOT NULL;
 -- Fair queues: a queue's tenants with waiting jobs, and each one's next job
--- in claim order (tenant names bytewise, the rule's order).
+-- in claim order (tenant names bytewise, the rule's order). Only the jobs of
+-- fair queues (fair: set at enqueue, rewritten when a queue's fairness changes).
 CREATE INDEX jobs_fair ON __schema__.jobs (queue, tenant COLLATE "C", priority DESC, run_at, id)
-    WHERE state = 'waiting';
+    WHERE state = 'waiting' AND fair;
 
 -- Which blocked jobs wait on a job: a row per (unfinished dependency, blocked
 -- job), deleted once that dependency has finished and been resolved.
@@ -416,7 +418,7 @@ BEGIN
                                  run_at, created_at, finished_at, expires_at, failure_reason,
                                  idempotency_key, tenant, retry_of, payload, metadata,
                                  depends_on, on_dependency_failure, workflow_id, has_dependents,
-                                 concurrency_key)
+                                 concurrency_key, fair)
     SELECT b.id, b.task, b.queue,
            CASE WHEN v_states[b.ord] IS NOT NULL THEN v_states[b.ord]
                 WHEN b.run_at > v_now THEN 'delayed' ELSE 'waiting' END,
@@ -425,13 +427,13 @@ BEGIN
            CASE WHEN v_states[b.ord] = 'cancelled' THEN 'dependency_failed' END,
            b.key, b.tenant, b.retry_of, b.payload, b.metadata,
            p_dep_ids[v_first[b.ord]:v_last[b.ord]], b.policy, b.workflow,
-           coalesce(v_parent[b.ord], false), b.concurrency_key
+           coalesce(v_parent[b.ord], false), b.concurrency_key, b.fair
     FROM (
         SELECT x.id, x.task, x.queue, x.priority, x.max_attempts, x.timeout,
                least(x.ttl, q.ttl) AS ttl,
                coalesce(v_now + x.debounce, x.run_at, v_now + coalesce(x.delay, 0.0)) AS run_at,
                x.key, x.tenant, x.retry_of, x.payload, x.metadata, x.policy, x.workflow,
-               x.concurrency_key, x.ord::integer AS ord
+               x.concurrency_key, x.ord::integer AS ord, q.fairness IS NOT NULL AS fair
         FROM unnest(p_ids, p_tasks, p_queues, p_payloads, p_priorities, p_max_attempts,
                     p_timeouts, p_delays, p_run_ats, p_ttls, p_keys, p_tenants, p_metadata,
                     p_retry_of, p_policies, p_workflows, p_concurrency_keys, p_debounces)
@@ -477,12 +479,17 @@ BEGIN
                 USING ERRCODE = 'CVQFL', DETAIL = p_queue, HINT = v_max_size::text;
         END IF;
     END IF;
+    -- fair is read by the INSERT itself: a switch of the queue's fairness
+    -- (configure_queue locks jobs) is either seen here or sees these rows.
     INSERT INTO __schema__.jobs (id, task, queue, state, priority, max_attempts, ttl, run_at,
-                                 created_at, expires_at, payload)
+                                 created_at, expires_at, payload, fair)
     SELECT x.id, p_task, p_queue,
            CASE WHEN v_run_at > v_now THEN 'delayed' ELSE 'waiting' END,
-           p_priority, p_max_attempts, v_ttl, v_run_at, v_now, v_run_at + v_ttl, x.payload
-    FROM unnest(p_ids, p_payloads) AS x(id, payload);
+           p_priority, p_max_attempts, v_ttl, v_run_at, v_now, v_run_at + v_ttl, x.payload,
+           f.fair
+    FROM unnest(p_ids, p_payloads) AS x(id, payload),
+         (SELECT EXISTS (SELECT 1 FROM __schema__.queues AS q
+                         WHERE q.name = p_queue AND q.fairness IS NOT NULL)) AS f(fair);
     PERFORM pg_notify('__channel__', p_queue);
     out_now := v_now;
     out_ttl := v_ttl;
@@ -795,16 +802,16 @@ BEGIN
             -- stored pass (NULL: at vtime), effective pass and weight.
             WITH RECURSIVE t(tenant) AS (
                 SELECT min(j.tenant COLLATE "C") FROM __schema__.jobs AS j
-                WHERE j.state = 'waiting' AND j.queue = v_qs[i]
+                WHERE j.state = 'waiting' AND j.fair AND j.queue = v_qs[i]
                 UNION ALL
                 SELECT (SELECT min(j.tenant COLLATE "C") FROM __schema__.jobs AS j
-                        WHERE j.state = 'waiting' AND j.queue = v_qs[i]
+                        WHERE j.state = 'waiting' AND j.fair AND j.queue = v_qs[i]
                           AND j.tenant COLLATE "C" > t.tenant)
                 FROM t WHERE t.tenant IS NOT NULL
             ), c(tenant) AS (
                 SELECT NULL::text COLLATE "C" WHERE EXISTS (
                     SELECT 1 FROM __schema__.jobs AS j
-                    WHERE j.state = 'waiting' AND j.queue = v_qs[i] AND j.tenant IS NULL)
+                    WHERE j.state = 'waiting' AND j.fair AND j.queue = v_qs[i] AND j.tenant IS NULL)
                 UNION ALL
                 SELECT t.tenant FROM t WHERE t.tenant IS NOT NULL
             ), q AS (
@@ -887,7 +894,7 @@ BEGIN
                     WITH ORDINALITY AS t(tenant, need, taken, done, ord)
                 CROSS JOIN LATERAL (
                     SELECT j.id, j.task, j.priority, j.run_at FROM __schema__.jobs AS j
-                    WHERE j.state = 'waiting' AND j.queue = v_qs[v_fq]
+                    WHERE j.state = 'waiting' AND j.fair AND j.queue = v_qs[v_fq]
                       AND j.tenant COLLATE "C" = t.tenant AND j.run_at <= v_now
                       AND j.task <> ALL (v_excluded) AND j.id <> ALL (fs_id)
                     ORDER BY j.priority DESC, j.run_at, j.id
@@ -904,7 +911,7 @@ BEGIN
                            fs_ord || array_fill(v_ti, ARRAY[count(*)::integer])
                     INTO fs_id, fs_task, fs_prio, fs_run, fs_ord
                     FROM (SELECT j.id, j.task, j.priority, j.run_at FROM __schema__.jobs AS j
-                          WHERE j.state = 'waiting' AND j.queue = v_qs[v_fq] AND j.tenant IS NULL
+                          WHERE j.state = 'waiting' AND j.fair AND j.queue = v_qs[v_fq] AND j.tenant IS NULL
                             AND j.run_at <= v_now
                             AND j.task <> ALL (v_excluded) AND j.id <> ALL (fs_id)
                           ORDER BY j.priority DESC, j.run_at, j.id
@@ -1066,7 +1073,7 @@ BEGIN
                             ELSIF f_tenant[v_ti] IS NULL THEN
                                 SELECT j.id, j.task, j.concurrency_key, j.rate_limit_key, j.priority, j.run_at INTO h
                                 FROM __schema__.jobs AS j
-                                WHERE j.state = 'waiting' AND j.queue = v_qs[i] AND j.tenant IS NULL
+                                WHERE j.state = 'waiting' AND j.fair AND j.queue = v_qs[i] AND j.tenant IS NULL
                                   AND j.run_at <= v_now
                                   AND j.task <> ALL (v_excluded) AND j.id <> ALL (v_ids)
                                   AND (j.task <> ALL (v_key_tasks)
@@ -1079,7 +1086,7 @@ BEGIN
                             ELSE
                                 SELECT j.id, j.task, j.concurrency_key, j.rate_limit_key, j.priority, j.run_at INTO h
                                 FROM __schema__.jobs AS j
-                                WHERE j.state = 'waiting' AND j.queue = v_qs[i]
+                                WHERE j.state = 'waiting' AND j.fair AND j.queue = v_qs[i]
                                   AND j.tenant COLLATE "C" = f_tenant[v_ti]
                                   AND j.run_at <= v_now
                                   AND j.task <> ALL (v_excluded) AND j.id <> ALL (v_ids)

@@ -133,7 +133,12 @@ def configure_queue(conn: sqlite3.Connection, info: QueueInfo) -> None:
         "fairness": info.fairness,
         "weights": dumps_str(info.weights) if info.weights else None,
     }
+    was = conn.execute(Q.queue_fairness, {"name": info.name}).fetchone()
     conn.execute(Q.configure_queue, params)
+    if bool(was and was[0]) != bool(info.fairness):
+        # Every job of the queue carries its fairness (jobs_fair, the triggers);
+        # this write transaction keeps enqueues out until the flags are set.
+        conn.execute(Q.mark_queue_fair, {"name": info.name, "fair": 1 if info.fairness else None})
     # The triggers register tenants only while a queue is fair.
     conn.execute(
         Q.fair_tenants_fill if info.fairness else Q.fair_tenants_clear, {"name": info.name}

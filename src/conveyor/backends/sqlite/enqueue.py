@@ -36,10 +36,12 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
     """Insert ``jobs`` (one transaction); duplicates by idempotency key insert nothing."""
     now = time.time()
     names = list(dict.fromkeys(j.queue for j in jobs))
-    configs: dict[str, tuple[int | None, float | None]] = {
-        name: (max_size, ttl)
-        for name, max_size, ttl in conn.execute(Q.queue_configs, {"names": json_param(names)})
-    }
+    configs: dict[str, tuple[int | None, float | None]] = {}
+    fair: set[str] = set()  # the fair queues: their jobs go in with fair = 1
+    for name, max_size, ttl, is_fair in conn.execute(Q.queue_configs, {"names": json_param(names)}):
+        configs[name] = (max_size, ttl)
+        if is_fair:
+            fair.add(name)
     known: dict[str, Job] = {}
     if any(j.idempotency_key is not None for j in jobs):
         known = _live_keys(conn, jobs, now)
@@ -55,6 +57,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
     results: list[Job] = []
     runs: dict[tuple[Any, ...], list[NewJob]] = {}  # plain jobs, by what they share
     rows: list[tuple[Any, ...]] = []  # insert_job
+    fair_rows: list[tuple[Any, ...]] = []  # insert_fair_job: jobs of fair queues
     flow_rows: list[tuple[Any, ...]] = []  # insert_workflow_job
     key_rows: list[tuple[Any, ...]] = []
     postponed: list[tuple[Any, ...]] = []  # postpone_job, run after the inserts
@@ -105,7 +108,8 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             or nj.rate_limit_key is not None
             or (plan is not None and in_workflow(nj))
         ):
-            flow_rows.append(_workflow_row(nj, state, ttl, run_at, now, expires_at))
+            row = _workflow_row(nj, state, ttl, run_at, now, expires_at, queue in fair)
+            flow_rows.append(row)
         elif (
             ttl is None
             and key is None
@@ -113,6 +117,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
             and nj.tenant is None
             and nj.retry_of is None
             and nj.metadata is None
+            and not (fair and queue in fair)
         ):
             shared = (nj.task, queue, state.value, nj.priority, nj.max_attempts, run_at)
             run = runs.get(shared)
@@ -120,7 +125,7 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
                 runs[shared] = run = []
             run.append(nj)
         else:
-            rows.append(
+            (fair_rows if fair and queue in fair else rows).append(
                 (
                     nj.id,
                     nj.task,
@@ -206,6 +211,8 @@ def enqueue(conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[Job]:
         _insert_plain(conn, runs, now)
     if rows:
         conn.executemany(Q.insert_job, rows)
+    if fair_rows:
+        conn.executemany(Q.insert_fair_job, fair_rows)
     if flow_rows:
         conn.executemany(Q.insert_workflow_job, flow_rows)
     if plan is not None:
@@ -298,10 +305,11 @@ def _workflow_row(
     run_at: float,
     now: float,
     expires_at: float | None,
+    fair: bool,
 ) -> tuple[Any, ...]:
-    """The 23 parameters of ``insert_workflow_job`` for a job with dependencies,
+    """The 24 parameters of ``insert_workflow_job`` for a job with dependencies,
     a workflow, a concurrency key or a rate limit key (a job cancelled at once
-    carries its reason and end)."""
+    carries its reason and end; ``fair``: its queue is fair)."""
     cancelled = state is JobState.CANCELLED
     return (
         nj.id,
@@ -327,6 +335,7 @@ def _workflow_row(
         now if cancelled else None,
         nj.concurrency_key,
         nj.rate_limit_key,
+        1 if fair else None,
     )
 
 

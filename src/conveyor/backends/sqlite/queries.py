@@ -52,6 +52,7 @@ class Queries:
     live_keys: LiteralString
     count_pending: LiteralString
     insert_job: LiteralString
+    insert_fair_job: LiteralString
     insert_plain_job: LiteralString
     insert_job_run: LiteralString
     dependency_states: LiteralString
@@ -81,6 +82,8 @@ class Queries:
     fair_pass_set: LiteralString
     fair_tenant_waits: LiteralString
     fair_tenant_drop: LiteralString
+    queue_fairness: LiteralString
+    mark_queue_fair: LiteralString
     fair_tenants_fill: LiteralString
     fair_tenants_clear: LiteralString
     fair_vtime: LiteralString

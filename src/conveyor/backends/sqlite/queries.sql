@@ -17,8 +17,9 @@
 -- ---------------------------------------------------------------- enqueue --
 
 -- name: queue_configs
--- The limits of the queues a batch touches (:names, a JSON array). Tables: queues.
-SELECT name, max_size, ttl
+-- The limits of the queues a batch touches (:names, a JSON array) and whether
+-- each is fair (its jobs are stored with fair = 1). Tables: queues.
+SELECT name, max_size, ttl, fairness IS NOT NULL
 FROM queues
 WHERE name IN (SELECT value FROM json_each(:names));
 
@@ -41,6 +42,14 @@ SELECT (SELECT count(*) FROM jobs INDEXED BY jobs_claim
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
                   created_at, expires_at, idempotency_key, tenant, retry_of, payload, metadata)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16);
+
+-- name: insert_fair_job
+-- insert_job for a job of a fair queue: the same 16 parameters, fair = 1 (a
+-- constant, so a plain job binds nothing more). Tables: jobs.
+INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
+                  created_at, expires_at, idempotency_key, tenant, retry_of, payload, metadata,
+                  fair)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, 1);
 
 -- name: insert_plain_job
 -- Insert one new job with no options (no timeout, TTL, idempotency key,
@@ -73,13 +82,14 @@ WHERE id IN (SELECT value FROM json_each(:ids));
 -- concurrency key (executemany): every column insert_job writes, plus
 -- depends_on (JSON array text), on_dependency_failure, workflow_id,
 -- failure_reason/finished_at for a job cancelled at once because a dependency
--- already failed, concurrency_key and rate_limit_key. Tables: jobs.
+-- already failed, concurrency_key and rate_limit_key; fair (?24: 1 for a job of
+-- a fair queue, NULL otherwise). Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
                   created_at, expires_at, idempotency_key, tenant, retry_of, payload, metadata,
                   depends_on, on_dependency_failure, workflow_id, failure_reason, finished_at,
-                  concurrency_key, rate_limit_key)
+                  concurrency_key, rate_limit_key, fair)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-        ?17, ?18, ?19, ?20, ?21, ?22, ?23);
+        ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24);
 
 -- name: add_dependencies
 -- Record that blocked job ?2 waits for unfinished job ?1 (executemany).
@@ -309,7 +319,8 @@ WHERE name IN (SELECT value FROM json_each(:queues))
 -- Tables: jobs (jobs_fair).
 SELECT id, task, concurrency_key, priority, run_at, rate_limit_key
 FROM jobs INDEXED BY jobs_fair
-WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant AND run_at <= :now
+WHERE state = 'waiting' AND fair = 1 AND queue = :queue AND tenant IS :tenant
+  AND run_at <= :now
   AND task NOT IN (SELECT value FROM json_each(:excluded))
   AND json_array(task, concurrency_key) NOT IN (
       SELECT json_array(json_extract(g.value, '$[0]'), json_extract(g.value, '$[1]'))
@@ -327,7 +338,8 @@ LIMIT :limit;
 -- tenant). Tables: jobs (jobs_fair).
 SELECT id, task, concurrency_key, priority, run_at, rate_limit_key
 FROM jobs INDEXED BY jobs_fair
-WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant AND run_at <= :now
+WHERE state = 'waiting' AND fair = 1 AND queue = :queue AND tenant IS :tenant
+  AND run_at <= :now
 ORDER BY priority DESC, run_at, id
 LIMIT :limit;
 
@@ -340,7 +352,7 @@ FROM json_each(:tenants) AS t
 JOIN jobs AS j ON j.rowid = (
     SELECT c.rowid
     FROM jobs AS c INDEXED BY jobs_fair
-    WHERE c.state = 'waiting' AND c.queue = :queue AND c.tenant IS t.value
+    WHERE c.state = 'waiting' AND c.fair = 1 AND c.queue = :queue AND c.tenant IS t.value
       AND c.run_at <= :now
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT 1);
@@ -397,7 +409,7 @@ ON CONFLICT (queue, tenant_key) DO UPDATE SET pass = excluded.pass;
 -- Tables: jobs (jobs_fair).
 SELECT EXISTS (
     SELECT 1 FROM jobs INDEXED BY jobs_fair
-    WHERE state = 'waiting' AND queue = :queue AND tenant IS :tenant);
+    WHERE state = 'waiting' AND fair = 1 AND queue = :queue AND tenant IS :tenant);
 
 -- name: fair_tenant_drop
 -- Forget a tenant with nothing waiting whose pass the rule would clamp to
@@ -405,13 +417,24 @@ SELECT EXISTS (
 -- Tables: fair_tenants.
 DELETE FROM fair_tenants WHERE queue = :queue AND tenant_key = :key AND pass <= :vtime;
 
+-- name: queue_fairness
+-- Whether a queue is configured fair (no row: not configured). Tables: queues.
+SELECT fairness IS NOT NULL FROM queues WHERE name = :name;
+
+-- name: mark_queue_fair
+-- A queue turned fair (:fair 1) or plain (:fair NULL): every job of it, in any
+-- state, carries the flag (a finished one may wait again: a retry copies it,
+-- a resumed dependent keeps it). A full pass over the jobs, only when the
+-- queue's fairness changes. Tables: jobs.
+UPDATE jobs SET fair = :fair WHERE queue = :name AND fair IS NOT :fair;
+
 -- name: fair_tenants_fill
 -- A queue made fair: register the tenants of its waiting jobs (passes of the
 -- tenants already registered are kept). Tables: jobs (jobs_fair), fair_tenants.
 INSERT OR IGNORE INTO fair_tenants (queue, tenant_key)
 SELECT DISTINCT queue, ifnull('=' || tenant, '')
 FROM jobs INDEXED BY jobs_fair
-WHERE state = 'waiting' AND queue = :name;
+WHERE state = 'waiting' AND fair = 1 AND queue = :name;
 
 -- name: fair_tenants_clear
 -- A queue made plain: its tenants' passes go. Tables: fair_tenants.
@@ -866,15 +889,15 @@ WHERE id = :id;
 -- Copy failed job :id into a new waiting job :new_id with fresh attempts and
 -- no idempotency key; it keeps the effective TTL, counted from :now, its
 -- place in a workflow (depends_on, on_dependency_failure, workflow_id) and its
--- concurrency_key (it still counts in its group's cap) and rate_limit_key.
--- Tables: jobs.
+-- concurrency_key (it still counts in its group's cap) and rate_limit_key;
+-- fair, which every job of a queue has as the queue is. Tables: jobs.
 INSERT INTO jobs (id, task, queue, state, priority, max_attempts, timeout, ttl, run_at,
                   created_at, expires_at, tenant, retry_of, payload, metadata,
                   depends_on, on_dependency_failure, workflow_id, concurrency_key,
-                  rate_limit_key)
+                  rate_limit_key, fair)
 SELECT :new_id, task, queue, 'waiting', priority, max_attempts, timeout, ttl, :now, :now,
        :now + ttl, tenant, id, payload, metadata, depends_on, on_dependency_failure, workflow_id,
-       concurrency_key, rate_limit_key
+       concurrency_key, rate_limit_key, fair
 FROM jobs
 WHERE id = :id;
 
@@ -1084,7 +1107,12 @@ SELECT tenant, sum(waiting) AS waiting, sum(active) AS active
 FROM (
     SELECT tenant, count(*) AS waiting, 0 AS active
     FROM jobs INDEXED BY jobs_fair
-    WHERE state = 'waiting' AND queue = :queue
+    WHERE state = 'waiting' AND fair = 1 AND queue = :queue
+    GROUP BY tenant
+    UNION ALL
+    SELECT tenant, count(*), 0
+    FROM jobs INDEXED BY jobs_claim
+    WHERE state = 'waiting' AND queue = :queue AND fair IS NULL
     GROUP BY tenant
     UNION ALL
     SELECT tenant, count(*), 0

@@ -56,7 +56,10 @@ CREATE TABLE jobs (
     rate_limit_key TEXT,
     -- Added by 0009 (RabbitMQ dispatch): when a relay last published the
     -- job's message (NULL: never since it became due).
-    dispatched_at REAL
+    dispatched_at REAL,
+    -- Added by 0010: 1 while the job's queue is fair (set at enqueue, copied
+    -- by a retry, rewritten for the queue's jobs when its fairness changes).
+    fair INTEGER
 );
 
 -- No index on (state, queue): every state change would pay for it. Each state
@@ -89,9 +92,10 @@ CREATE INDEX jobs_key_active ON jobs (task, concurrency_key)
 -- claim or settle does not touch it.
 CREATE INDEX jobs_workflow ON jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
 
--- Fair claims: each tenant's first waiting job in claim order (0006).
+-- Fair claims: each tenant's first waiting job in claim order (0006); only
+-- the jobs of fair queues (0010).
 CREATE INDEX jobs_fair ON jobs (queue, tenant, priority DESC, run_at, id)
-    WHERE state = 'waiting';
+    WHERE state = 'waiting' AND fair = 1;
 
 -- The dependencies a blocked job still waits for, one row per (dependency,
 -- dependent). Written at enqueue for the dependencies not finished yet; a
@@ -232,18 +236,17 @@ CREATE TABLE job_stat_series (
     PRIMARY KEY (minute, task, queue, status)
 ) WITHOUT ROWID;
 
--- A job of a fair queue that becomes waiting registers its tenant (0006).
+-- A job of a fair queue that becomes waiting registers its tenant (0006); the
+-- job's own flag says so, a plain job looks nothing up (0010).
 CREATE TRIGGER fair_tenant_inserted AFTER INSERT ON jobs
-WHEN NEW.state = 'waiting'
-  AND EXISTS (SELECT 1 FROM queues WHERE name = NEW.queue AND fairness IS NOT NULL)
+WHEN NEW.fair = 1 AND NEW.state = 'waiting'
 BEGIN
     INSERT OR IGNORE INTO fair_tenants (queue, tenant_key)
     VALUES (NEW.queue, ifnull('=' || NEW.tenant, ''));
 END;
 
 CREATE TRIGGER fair_tenant_waiting AFTER UPDATE OF state ON jobs
-WHEN NEW.state = 'waiting' AND OLD.state <> 'waiting'
-  AND EXISTS (SELECT 1 FROM queues WHERE name = NEW.queue AND fairness IS NOT NULL)
+WHEN NEW.fair = 1 AND NEW.state = 'waiting' AND OLD.state <> 'waiting'
 BEGIN
     INSERT OR IGNORE INTO fair_tenants (queue, tenant_key)
     VALUES (NEW.queue, ifnull('=' || NEW.tenant, ''));

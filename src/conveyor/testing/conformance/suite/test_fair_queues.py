@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from conveyor.backends.base import Backend, Outcome, QueueInfo
+from conveyor.ids import new_id
 from conveyor.job import Job
 from conveyor.ratelimit import RateLimit
 
-from .helpers import again_when_late, claim, enqueue, new_job, ran_before, settle_ok
+from .helpers import again_when_late, claim, enqueue, error, new_job, ran_before, settle_ok
 
 FAIR = "fair"
 
@@ -290,6 +291,30 @@ async def test_fair_switching_a_queue_to_fair_applies_to_waiting_jobs(backend: B
     await backlog(backend, "b", 2, start=300)
     await backend.configure_queue(QueueInfo(FAIR))
     assert tenants(await take(backend, 4)) == ["a", "a", "b", "b"]
+
+
+async def test_fair_switch_reaches_jobs_in_every_state(backend: Backend) -> None:
+    # Jobs stored while the queue was plain -- running, failed -- join their
+    # tenants once it is fair: a release and a dead-letter retry are fair.
+    (running,) = await backlog(backend, "a", 1)
+    (dead,) = await backlog(backend, "c", 1, start=1, max_attempts=1)
+    first, second = await take(backend, 2)
+    assert (first.id, second.id) == (running.id, dead.id)
+    await settle_ok(backend, second, Outcome.FAIL, error=error())
+    await backlog(backend, "a", 3, start=10)
+    await backlog(backend, "b", 1, start=100)
+    await make_fair(backend)
+    await settle_ok(backend, first, Outcome.RELEASE)
+    copy = await backend.retry_failed(dead.id, new_id())
+    got = await take(backend, 6)
+    assert tenants(got[:3]) == ["a", "b", "c"]
+    assert {running.id, copy.id} <= {job.id for job in got}
+    assert len(got) == 6
+    # And back: a plain queue again takes its jobs in the usual order.
+    await backend.configure_queue(QueueInfo(FAIR))
+    await backlog(backend, "b", 2, start=200)
+    await backlog(backend, "a", 1, start=300)
+    assert tenants(await take(backend, 3)) == ["b", "b", "a"]
 
 
 async def test_fair_configure_queue_round_trip(backend: Backend) -> None:
