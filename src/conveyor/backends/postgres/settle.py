@@ -45,17 +45,33 @@ async def settle_jobs(
 ) -> tuple[SettleResult, set[str]]:
     """The result, and the queues that got a job back (to wake their waiters)."""
     result = SettleResult()
-    # A job settled twice in one batch: the first settlement wins, the
-    # rest are refused (the job is no longer active under that token).
-    seen: set[str] = set()
-    batch: list[Settlement] = []
-    for s in settlements:
-        if s.job_id in seen:
-            result.refused.add(s.job_id)
-        else:
-            seen.add(s.job_id)
-            batch.append(s)
     wake: set[str] = set()
+    # One statement cannot update a row twice, yet a job may be settled twice
+    # in one batch: a worker holding a stale outcome (a claim the store lost
+    # in a crash, or recovered) and the reclaim's current one. Each is judged
+    # by its own token, one round per repeat, so the current one is stored
+    # whichever comes first; the stale one is refused.
+    for batch in _rounds(settlements):
+        await _settle_round(pool, q, batch, result, wake)
+    return result, wake
+
+
+def _rounds(settlements: Sequence[Settlement]) -> list[list[Settlement]]:
+    """``settlements`` in batch order, split so that no round names a job twice."""
+    rounds: list[list[Settlement]] = []
+    seen: dict[str, int] = {}
+    for s in settlements:
+        n = seen.get(s.job_id, 0)
+        seen[s.job_id] = n + 1
+        if n == len(rounds):
+            rounds.append([])
+        rounds[n].append(s)
+    return rounds
+
+
+async def _settle_round(
+    pool: Pool, q: Queries, batch: list[Settlement], result: SettleResult, wake: set[str]
+) -> None:
     if all(s.outcome is Outcome.COMPLETE for s in batch):
         rows = await pool.fetch(
             "settle",
@@ -73,7 +89,7 @@ async def settle_jobs(
                 wake.add(name)
             else:
                 result.circuit_changes.append(CircuitInfo(name, CircuitState.CLOSED, 0, None))
-        return result, wake
+        return
     counted = any(s.circuit is not None for s in batch)
     rows = await pool.fetch(
         "settle",
@@ -101,7 +117,6 @@ async def settle_jobs(
             result.circuit_changes.append(
                 CircuitInfo(name, CIRCUIT_STATES[state], failures, open_until)
             )
-    return result, wake
 
 
 def _error_json(s: Settlement) -> str | None:

@@ -219,6 +219,23 @@ async def test_stale_settle_after_reclaim_is_refused_and_changes_nothing(
     assert (await fetch(backend, second.id)).result == "fresh"
 
 
+async def test_a_stale_and_the_current_outcome_of_one_job_in_one_batch(backend: Backend) -> None:
+    """A worker may hold two outcomes of one job: the first claim's (lost to a
+    store crash or recovered, so its token is stale) and the reclaim's. Sent in
+    one batch, stale first, each is judged by its own token: the current one
+    is stored."""
+    first, second = await stalled_and_reclaimed(backend)
+    await backend.settle_jobs(
+        [
+            settlement(first, Outcome.COMPLETE, result=serialization.dumps("stale")),
+            settlement(second, Outcome.COMPLETE, result=serialization.dumps("fresh")),
+        ]
+    )
+    stored = await fetch(backend, second.id)
+    assert stored.state is JobState.COMPLETED
+    assert stored.result == "fresh"
+
+
 async def test_stale_renew_after_reclaim_is_lost_and_changes_nothing(backend: Backend) -> None:
     first, second = await stalled_and_reclaimed(backend)
     result = await backend.renew_leases("old", [lease_of(first)], 600)
