@@ -47,7 +47,12 @@ hand; run the script again.
   per kill, which must show exactly two effects while every other job shows
   one. Blocked loop: the one job. Redis failover: the jobs run from 1 s
   before a kill to 1 s after the promotion (a claim or completion the replica
-  had not received is redone). Per-key cap: the jobs the killed worker held.
+  had not received is redone). Store restarts: the jobs the worker held at a
+  restart; the note says why each ran again (a claim a PostgreSQL restart
+  rolled back, being answered just before the kill and not yet flushed: the
+  job was waiting again with its attempt uncounted and no stall, G2; or a
+  stall recovery), and any other rerun fails the row. Per-key cap: the jobs
+  the killed worker held.
   Slow lossy link: 0 while every renewal round trip of the slow worker took
   under a third of the lease (the note says whether that held); otherwise the
   jobs recovered from it. There **faults** counts the packets nftables dropped.

@@ -129,6 +129,8 @@ async def test_store_restarts_with_idempotency_keys_in_flight(tmp_path: Path, st
             for seed, out in zip((1, 2), outs, strict=True)
         ]
         outages: list[float] = []
+        #: When each restart ended (the server up again), on the runs' clock.
+        back_at: list[float] = []
         for n in range(1, restarts + 1):
             target = 2 * keys * n // (restarts + 1)
 
@@ -140,11 +142,12 @@ async def test_store_restarts_with_idempotency_keys_in_flight(tmp_path: Path, st
             started = time.monotonic()
             await restart()
             outages.append(time.monotonic() - started)
+            back_at.append(time.time())
         for producer in producers:
             assert await producer.wait_exit(180, "(producing through the restarts)") == 0, (
                 producer.tail()
             )
-        await check_and_report(cluster, Acks.read(outs), keys, worker, outages)
+        await check_and_report(cluster, Acks.read(outs), keys, worker, outages, back_at)
 
 
 def producer_argv(out: Path, keys: int, seed: int) -> list[str]:
@@ -158,7 +161,12 @@ def check_producers(producers: list[Proc]) -> None:
 
 
 async def check_and_report(
-    cluster: Cluster, acks: Acks, keys: int, worker: Proc, outages: list[float]
+    cluster: Cluster,
+    acks: Acks,
+    keys: int,
+    worker: Proc,
+    outages: list[float],
+    back_at: list[float],
 ) -> None:
     restarts = len(outages)
     app = await cluster.app()
@@ -185,6 +193,7 @@ async def check_and_report(
     total = await app.count_jobs()
     counts = Counter(run.job_id for run in runs)
     duplicated = sum(1 for job_id in ids if counts[job_id] > 1)
+    reruns = Reruns.of(cluster.store, runs, recoveries, back_at)
     # Only what the worker held at a restart (running or prefetched) may run twice.
     bound = restarts * (CONCURRENCY + PREFETCH)
     failed_calls = sum(acks.errors.values())
@@ -193,7 +202,7 @@ async def check_and_report(
     # whose answer a restart cut off may be recovered.
     renewable = max(outages) < LEASE / 2
     passed = (
-        not (torn or lost or unfinished)
+        not (torn or lost or unfinished or reruns.unexplained)
         and not (renewable and recoveries.of_runs)
         and len(acks.ids) == keys
         and total == keys
@@ -216,6 +225,7 @@ async def check_and_report(
             f"{recoveries.cut_claims} attempts recovered from claims cut off, "
             f"{len(recoveries.of_runs)} from runs; "
             f"{len(spent)} failed stalled, every attempt cut off (G5); "
+            f"{reruns.describe()}; "
             f"longest outage {max(outages):.1f}s"
         ),
     )
@@ -229,6 +239,10 @@ async def check_and_report(
     assert not (renewable and recoveries.of_runs), (
         f"{len(recoveries.of_runs)} attempt(s) the worker ran were recovered as "
         f"stalled though no outage lasted {LEASE / 2:g}s: {recoveries.of_runs[:5]}"
+    )
+    assert not reruns.unexplained, (
+        f"{len(reruns.unexplained)} job(s) ran again with neither a stall recovery nor "
+        f"a claim a restart rolled back: {reruns.unexplained[:5]}"
     )
     assert total == keys, f"{total} jobs stored for {keys} keys (G7)"
     assert duplicated <= bound, f"{duplicated} jobs ran twice, bound {bound} (G2)"
@@ -265,6 +279,60 @@ class Recoveries:
             ):
                 found.spent_by_cut_claims.add(job.id)
         return found
+
+
+@dataclass
+class Reruns:
+    """Why each job that ran more than once did. ``rolled_back``: a run and a
+    later one with the same attempt number, the end of a restart between their
+    starts: the crash rolled the first claim back (PostgreSQL claims commit
+    without waiting for the WAL flush, and a claim answered in the last
+    milliseconds before the kill was not written yet), so the job was waiting
+    again with its attempt uncounted and no stall recorded (G2). ``recovered``:
+    an attempt the worker ran was recovered as stalled (G3). Anything else is
+    ``unexplained``."""
+
+    rolled_back: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+    unexplained: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(
+        cls, store: str, runs: list[Run], recoveries: Recoveries, back_at: list[float]
+    ) -> Reruns:
+        by_job: dict[str, list[Run]] = defaultdict(list)
+        for run in runs:
+            by_job[run.job_id].append(run)
+        recovered = {job_id for job_id, _ in recoveries.of_runs}
+        found = cls()
+        for job_id, its_runs in by_job.items():
+            if len(its_runs) < 2:
+                continue
+            if store == "postgres" and claim_rolled_back(its_runs, back_at):
+                found.rolled_back.append(job_id)
+            elif job_id in recovered:
+                found.recovered.append(job_id)
+            else:
+                found.unexplained.append(job_id)
+        return found
+
+    def describe(self) -> str:
+        return (
+            f"ran again: {len(self.rolled_back)} whose claim a restart rolled back (G2), "
+            f"{len(self.recovered)} recovered from runs, {len(self.unexplained)} unexplained"
+        )
+
+
+def claim_rolled_back(runs: list[Run], back_at: list[float]) -> bool:
+    """Two runs (oldest first) of one attempt number, the end of a restart
+    between their starts (the first may start while the server is dying)."""
+    for n, first in enumerate(runs):
+        for later in runs[n + 1 :]:
+            if later.attempt == first.attempt and any(
+                first.started < back < later.started for back in back_at
+            ):
+                return True
+    return False
 
 
 def describe_unfinished(stored: dict[str, Job], unfinished: list[str], runs: Counter[str]) -> str:

@@ -44,18 +44,23 @@ async def renew_leases(
     return result
 
 
-def _distinct(settlements: Sequence[Settlement], result: SettleResult) -> list[Settlement]:
-    """A job settled twice in one batch: the first settlement wins, the rest
-    are refused (the job is no longer active under that token)."""
-    seen: set[str] = set()
-    batch: list[Settlement] = []
+def _rounds(settlements: Sequence[Settlement]) -> list[list[Settlement]]:
+    """``settlements`` in batch order, split so that no round names a job twice.
+
+    One statement cannot update a row twice, yet a job may be settled twice in
+    one batch: a worker holding a stale outcome (a claim the store lost in a
+    crash, or recovered) and the reclaim's current one. Each is judged by its
+    own token, one round per repeat, so the current one is stored whichever
+    comes first; the stale one is refused."""
+    rounds: list[list[Settlement]] = []
+    seen: dict[str, int] = {}
     for s in settlements:
-        if s.job_id in seen:
-            result.refused.add(s.job_id)
-        else:
-            seen.add(s.job_id)
-            batch.append(s)
-    return batch
+        n = seen.get(s.job_id, 0)
+        seen[s.job_id] = n + 1
+        if n == len(rounds):
+            rounds.append([])
+        rounds[n].append(s)
+    return rounds
 
 
 def _complete_args(batch: Sequence[Settlement]) -> tuple[Any, ...]:
@@ -111,8 +116,15 @@ async def settle_jobs(
 ) -> tuple[SettleResult, set[str]]:
     """The result, and the queues that got a job back (to wake their waiters)."""
     result = SettleResult()
-    batch = _distinct(settlements, result)
     wake: set[str] = set()
+    for batch in _rounds(settlements):
+        await _settle_round(pool, q, batch, result, wake)
+    return result, wake
+
+
+async def _settle_round(
+    pool: Pool, q: Queries, batch: list[Settlement], result: SettleResult, wake: set[str]
+) -> None:
     if all(s.outcome is Outcome.COMPLETE for s in batch):
         rows = await pool.fetch("settle", q.complete, *_complete_args(batch))
         for kind, name in rows:
@@ -122,20 +134,23 @@ async def settle_jobs(
                 wake.add(name)
             else:
                 result.circuit_changes.append(CircuitInfo(name, CircuitState.CLOSED, 0, None))
-        return result, wake
+        return
     rows = await pool.fetch("settle", q.settle, *_settle_args(batch))
     for kind, name, state, failures, open_until in rows:
         _read_settle_row(result, wake, kind, name, state, failures, open_until)
-    return result, wake
 
 
 async def settle_and_claim(
     pool: Pool, q: Queries, settlements: Sequence[Settlement], request: ClaimRequest
 ) -> tuple[SettleResult, ClaimResult, set[str]]:
     """settle_jobs then claim_jobs in one statement (``complete_claim`` or
-    ``settle_claim``): one round trip, one transaction."""
+    ``settle_claim``): one round trip, one transaction. A batch naming a job
+    twice (rare: see :func:`_rounds`) settles its earlier rounds first."""
     result = SettleResult()
-    batch = _distinct(settlements, result)
+    wake: set[str] = set()
+    *earlier, batch = _rounds(settlements) or [[]]
+    for round_ in earlier:
+        await _settle_round(pool, q, round_, result, wake)
     if all(s.outcome is Outcome.COMPLETE for s in batch):
         rows = await pool.fetch(
             "settle and claim", q.complete_claim, *_complete_args(batch), *claim_args(request)
@@ -144,7 +159,6 @@ async def settle_and_claim(
         rows = await pool.fetch(
             "settle and claim", q.settle_claim, *_settle_args(batch), *claim_args(request)
         )
-    wake: set[str] = set()
     jobs = []
     for kind, name, state, failures, open_until, job in rows:
         if job is not None:

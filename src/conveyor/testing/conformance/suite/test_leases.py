@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from conveyor import serialization
-from conveyor.backends.base import Backend, CircuitPolicy, Outcome, Settlement
+from conveyor.backends.base import Backend, CircuitPolicy, ClaimRequest, Outcome, Settlement
 from conveyor.job import FailureReason, Job, JobState
 
 from .helpers import (
     CLOCK_SLACK,
+    LONG_LEASE,
     claim,
     claim_one,
     enqueue,
@@ -217,6 +220,29 @@ async def test_stale_settle_after_reclaim_is_refused_and_changes_nothing(
     # the current holder still settles fine
     await settle_ok(backend, second, Outcome.COMPLETE, result=serialization.dumps("fresh"))
     assert (await fetch(backend, second.id)).result == "fresh"
+
+
+@pytest.mark.parametrize("with_claim", [False, True], ids=["settle_jobs", "settle_and_claim"])
+async def test_a_stale_and_the_current_outcome_of_one_job_in_one_batch(
+    backend: Backend, with_claim: bool
+) -> None:
+    """A worker may hold two outcomes of one job: the first claim's (lost to a
+    store crash or recovered, so its token is stale) and the reclaim's. Sent in
+    one batch, stale first, each is judged by its own token: the current one
+    is stored, whichever way the worker sends its outcomes."""
+    first, second = await stalled_and_reclaimed(backend)
+    batch = [
+        settlement(first, Outcome.COMPLETE, result=serialization.dumps("stale")),
+        settlement(second, Outcome.COMPLETE, result=serialization.dumps("fresh")),
+    ]
+    if with_claim:
+        request = ClaimRequest(worker_id="new", queues=("default",), limit=10, lease=LONG_LEASE)
+        await backend.settle_and_claim(batch, request)
+    else:
+        await backend.settle_jobs(batch)
+    stored = await fetch(backend, second.id)
+    assert stored.state is JobState.COMPLETED
+    assert stored.result == "fresh"
 
 
 async def test_stale_renew_after_reclaim_is_lost_and_changes_nothing(backend: Backend) -> None:
