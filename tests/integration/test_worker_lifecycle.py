@@ -353,6 +353,23 @@ async def test_burst_worker_exits_when_nothing_is_due(stack: Stack) -> None:
     assert worker.processed == 4
 
 
+async def test_burst_worker_ends_without_waiting_a_poll_interval(stack: Stack) -> None:
+    # The last claim comes back short with more jobs than slots; outcomes of
+    # those that end after the wake-up claim for the worker (settle_and_claim)
+    # and come back empty. Once nothing is held, the burst's next claim ends it
+    # at once, not the poll timer (here far longer than the drain).
+    app = stack.app(poll_interval="30s")
+
+    @app.task("noop")
+    async def noop(ctx: JobContext) -> None:
+        return None
+
+    await app.enqueue_many([("noop", None)] * 60)
+    began = time.monotonic()
+    assert await asyncio.wait_for(app.drain(concurrency=4), 60) == 60
+    assert time.monotonic() - began < 10
+
+
 def slow_down(
     monkeypatch: pytest.MonkeyPatch,
     backend: Backend,

@@ -92,6 +92,15 @@ class Acker:
         self._idle.clear()
         self._ready.set()
 
+    def add_many(self, settled: list[tuple[Settlement, Job]]) -> None:
+        """:meth:`add` for many outcomes at once (a batch's)."""
+        if not settled:
+            return
+        self._pending += settled
+        self._added += len(settled)
+        self._idle.clear()
+        self._ready.set()
+
     @property
     def answered(self) -> bool:
         """Every outcome added so far has had its flush answered."""

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from conveyor import serialization
-from conveyor.backends.base import Outcome, Settlement
+from conveyor.backends.base import CircuitPolicy, Outcome, Settlement
 from conveyor.context import BatchContext
 from conveyor.errors import JobTimeout, ValidationError
 from conveyor.job import FailureReason
@@ -108,8 +108,16 @@ class BatchExecutor(Executor):
             )
             return out + await self._each_failed(ready, task, error, started)
         duration = time.perf_counter() - started
+        # Looked up once per batch, not per job.
+        plain = not task.has_on_complete and not self.events.has("completed")
+        circuit = self._circuit(task)
         for member, result in zip(ready, results, strict=True):
-            out.append((member, await self._outcome(member, task, result, duration)))
+            if plain and result is None and member.stop_reason is None:
+                # The common case: nothing to encode, no hook, no event.
+                settlement: Settlement | None = _completed(member, None, circuit)
+            else:
+                settlement = await self._outcome(member, task, result, duration)
+            out.append((member, settlement))
         return out
 
     async def _call_batch(self, task: Task, batch: Batch, ctx: BatchContext) -> Any:
@@ -143,15 +151,7 @@ class BatchExecutor(Executor):
             await self._hook(task.handler.on_complete, member.ctx, result)
         if self.events.has("completed"):
             self.events.emit("completed", job=job, result=result, duration=duration)
-        return Settlement(
-            job.id,
-            job.lease_token or "",
-            Outcome.COMPLETE,
-            job.task,
-            result=encoded,
-            circuit=self._circuit(task),
-            progress=member.unsaved_progress,
-        )
+        return _completed(member, encoded, self._circuit(task))
 
     async def _each_failed(
         self, members: list[BatchMember], task: Task, exc: BaseException | None, started: float
@@ -176,3 +176,19 @@ class BatchExecutor(Executor):
                 )
             out.append((member, await self._failed(member, task, error, duration)))
         return out
+
+
+def _completed(
+    member: BatchMember, encoded: bytes | None, circuit: CircuitPolicy | None
+) -> Settlement:
+    """A job of the batch completed with ``encoded`` as its result."""
+    job = member.job
+    return Settlement(
+        job.id,
+        job.lease_token or "",
+        Outcome.COMPLETE,
+        job.task,
+        result=encoded,
+        circuit=circuit,
+        progress=member.unsaved_progress,
+    )

@@ -215,14 +215,17 @@ class Batcher:
             started = time.perf_counter()
             outcomes = await worker.executor.execute_batch(batch)
             duration = time.perf_counter() - started
-            for member, settlement in outcomes:
-                if settlement is None:
-                    continue
-                job = member.job
-                if settlement.outcome is Outcome.COMPLETE:
-                    worker.prefetcher.completed()
-                worker.acker.add(settlement, job)
-                worker.stats.add_outcome(job.task, job.queue, settlement.outcome, duration)
+            # Handed on as a whole: one acker call, one count per (queue, outcome).
+            settled = [(s, member.job) for member, s in outcomes if s is not None]
+            counts: dict[tuple[str, Outcome], int] = {}
+            for settlement, job in settled:
+                key = (job.queue, settlement.outcome)
+                counts[key] = counts.get(key, 0) + 1
+            worker.acker.add_many(settled)
+            for (queue, outcome), count in counts.items():
+                if outcome is Outcome.COMPLETE:
+                    worker.prefetcher.completed(count)
+                worker.stats.add_outcome(batch.task.name, queue, outcome, duration, count)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug in conveyor itself: leave the jobs to the stall reaper
@@ -230,13 +233,15 @@ class Batcher:
             worker.runtime.events.emit("error", error=exc, where="executor")
         finally:
             self._close(batch)
+            active = worker.active
             for member in batch.members:
                 if member.force_handle is not None:
                     member.force_handle.cancel()
-                del worker.active[member.job.id]
-                worker.running_by_task[member.job.task] -= 1
-                worker.processed += 1
-            worker.slots -= len(batch.members) - 1
+                del active[member.job.id]
+            held = len(batch.members)
+            worker.running_by_task[batch.task.name] -= held  # every member is of this task
+            worker.processed += held
+            worker.slots -= held - 1
             if worker.next_up and not worker.stopping:
                 worker.start_buffered()
             worker.slot_free.set()

@@ -47,10 +47,10 @@ class Prefetch:
         self._clock = clock
         self._since = clock()
 
-    def completed(self) -> None:
-        """A run completed. Failures are not counted: they can be instant (a
-        downstream outage) and say nothing about how long jobs take."""
-        self._done += 1
+    def completed(self, count: int = 1) -> None:
+        """A run (or ``count``) completed. Failures are not counted: they can be
+        instant (a downstream outage) and say nothing about how long jobs take."""
+        self._done += count
 
     def after_claim(self, claim_time: float, full: bool) -> None:
         """A claim came back after ``claim_time`` seconds, ``full`` or short. A

@@ -44,20 +44,23 @@ class StatsReporter:
         """Runs counted but not yet stored."""
         return sum(stat.count for stat in self._pending.values())
 
-    def add(self, task: str, queue: str, status: str, duration: float) -> None:
+    def add(self, task: str, queue: str, status: str, duration: float, count: int = 1) -> None:
+        """``count`` runs of ``duration`` seconds each (a batch's jobs share one)."""
         key = (task, queue, status)
         stat = self._pending.get(key)
         if stat is None:
             stat = self._pending[key] = JobStat(task, queue, status)
-        stat.count += 1
-        stat.duration_sum += duration
+        stat.count += count
+        stat.duration_sum += duration * count
         # The first bound >= duration; the last bound is +Inf, so it always exists.
-        stat.buckets[bisect.bisect_left(DURATION_BUCKETS, duration)] += 1
+        stat.buckets[bisect.bisect_left(DURATION_BUCKETS, duration)] += count
 
-    def add_outcome(self, task: str, queue: str, outcome: Outcome, duration: float) -> None:
+    def add_outcome(
+        self, task: str, queue: str, outcome: Outcome, duration: float, count: int = 1
+    ) -> None:
         status = STATUS_OF.get(outcome)
         if status is not None:
-            self.add(task, queue, status, duration)
+            self.add(task, queue, status, duration, count)
 
     async def flush_at_exit(self, timeout: float = 10.0) -> None:
         """The last flush before the worker exits; says what could not be stored."""

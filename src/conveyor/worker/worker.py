@@ -165,6 +165,11 @@ class Worker:
         }
         batch_tasks = {n: t for n, t in runtime.tasks.items() if t.options.batch_size}
         self._batcher = Batcher(self, batch_tasks) if batch_tasks else None
+        #: Most jobs one claim asks for: ``claim_batch``, or a whole batch of the
+        #: largest batch task, so that one claim can fill it.
+        self.claim_max = max(
+            [self.settings.claim_batch, *(t.options.batch_size or 0 for t in batch_tasks.values())]
+        )
         #: In burst mode, how long an empty claim may wait on a rate limit's window.
         self._rate_window = max(
             (r.period for r in (*self.rate_limited.values(), *self.key_rate_limited.values())),
@@ -366,7 +371,7 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         backend = self.runtime.backend
-        batch_max = self.settings.claim_batch
+        batch_max = self.claim_max
         failures = 0
         last_claimed = time.monotonic()
         empty_since: float | None = None  # the first of the empty claims in a row
@@ -444,6 +449,10 @@ class Worker:
         self._waiting_for_work = True
         try:
             while not self.stopping:
+                if self.burst and not self.active and not self.buffered:
+                    # Nothing held: the burst's own claim decides whether it ends
+                    # (its empty-claim rules), not a poll interval of waiting.
+                    return
                 self.slot_free.clear()
                 wait = self.wait_for_work or store_wait
                 await self._wait_for(wait(self.queues, poll), self.slot_free.wait())
@@ -495,7 +504,7 @@ class Worker:
         self._settle_claim_answered.clear()
         self._claims_sent += 1
         self._settle_claim_number = self._claims_sent
-        return self._claim_request(min(free, self.settings.claim_batch))
+        return self._claim_request(min(free, self.claim_max))
 
     def claimed_with_settle(
         self, request: ClaimRequest, result: ClaimResult | None, sent_at: float
