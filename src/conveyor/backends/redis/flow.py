@@ -15,7 +15,7 @@ from conveyor.backends.records import rank_key_counts, rank_rate_key_uses
 from conveyor.backends.redis.connection import RedisConnection
 from conveyor.ratelimit import RateLimit
 
-#: Ids read per round trip (of the active index or a waiting set, or SCAN's COUNT).
+#: Members read per round trip (of the active index, a waiting set or a window index).
 SLICE = 1000
 Group = tuple[str, str | None]
 
@@ -75,38 +75,35 @@ async def _count_waiting(
 async def rate_key_usage(
     conn: RedisConnection, rates: Mapping[str, RateLimit], limit: int
 ) -> list[RateKeyUse]:
-    """The windows' logs (``rk:`` sorted sets) found by one ``SCAN`` of the
-    app's keys (its cost grows with every key in the database, not with the
-    windows), then one ``ZCOUNT`` per window on Redis's clock."""
+    """Each asked task's window index (``rki:`` sorted set, kept by the claim),
+    walked with ``ZSCAN`` (every member there throughout is seen, though claims
+    move scores meanwhile), keeping the windows whose last start is in the
+    period; then one ``ZCOUNT`` per window log on Redis's clock. Its cost grows
+    with the tasks' windows started lately, never with the other keys."""
     client, _ = conn.ready()
-    heads = {conn.keys.rate_window(task, None): task for task in rates}
-    pattern = conn.keys.pattern()[:-1] + "rk:*"
     uses: list[RateKeyUse] = []
     async with conn.errors("rate_key_usage"):
         seconds, micros = await client.time()
         now = seconds + micros / 1_000_000
-        found: list[tuple[str, str | None, str]] = []
-        async for raw in client.scan_iter(match=pattern, count=SLICE):
-            name = raw.decode()
-            window = _window_of(name, heads)
-            if window is not None:
-                found.append((*window, name))
-        for i in range(0, len(found), SLICE):
-            chunk = found[i : i + SLICE]
-            pipe = client.pipeline(transaction=False)
-            for task, _key, name in chunk:
-                pipe.zcount(name, f"({now - rates[task].period!r}", "+inf")
-            for (task, key, _name), used in zip(chunk, await pipe.execute(), strict=True):
-                uses.append(RateKeyUse(task, key, int(used)))
+        for task, rate in rates.items():
+            since = now - rate.period
+            seen: set[str | None] = set()
+            cursor = 0
+            while True:
+                cursor, page = await client.zscan(conn.keys.rate_windows(task), cursor, count=SLICE)
+                keys = [_key_of(code) for code, last in page if last > since]
+                keys = [key for key in keys if key not in seen]  # ZSCAN may repeat one
+                seen.update(keys)
+                pipe = client.pipeline(transaction=False)
+                for key in keys:
+                    pipe.zcount(conn.keys.rate_window(task, key), f"({since!r}", "+inf")
+                for key, used in zip(keys, await pipe.execute(), strict=True):
+                    uses.append(RateKeyUse(task, key, int(used)))
+                if cursor == 0:
+                    break
     return rank_rate_key_uses(uses, limit)
 
 
-def _window_of(name: str, heads: Mapping[str, str]) -> tuple[str, str | None] | None:
-    """``(task, rate_limit_key)`` of the window log ``name``, if its task is asked
-    (a head ``rk:<len>:<task>`` names its task's length, so one split fits)."""
-    if name in heads:
-        return heads[name], None
-    for at, char in enumerate(name):
-        if char == ":" and name[:at] in heads:
-            return heads[name[:at]], name[at + 1 :]
-    return None
+def _key_of(code: bytes) -> str | None:
+    """The ``rate_limit_key`` of an index member: ``0`` none, ``1<key>`` a key."""
+    return code[1:].decode() if code[:1] == b"1" else None

@@ -167,6 +167,12 @@ class Keys:
         window = f"{self.base}rk:{len(task.encode())}:{task}"
         return window if rate_limit_key is None else f"{window}:{rate_limit_key}"
 
+    def rate_windows(self, task: str) -> str:
+        """ZSET: the index of ``task``'s rate windows, member ``0`` for the keyless
+        window and ``1<key>`` for ``key``, scored by the window's last start (kept
+        by claim with the window logs, expires by itself)."""
+        return f"{self.base}rki:{task}"
+
     def idle(self, queue: str) -> str:
         """ZSET worker id by registration end: ``queue``'s idle workers (direct handoff)."""
         return f"{self.base}idle:{queue}"

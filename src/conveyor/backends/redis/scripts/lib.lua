@@ -39,6 +39,25 @@ local function ratewinkey(t, rk)
   if rk then return PFX .. 'rk:' .. #t .. ':' .. t .. ':' .. rk end
   return PFX .. 'rk:' .. #t .. ':' .. t
 end
+-- The index of a task's windows, read by rate_key_usage instead of a scan of
+-- the keyspace: 'rki:<task>', a sorted set of window codes ('0' for the
+-- keyless window, '1' .. k for key k) scored by the window's last start.
+-- The claim keeps it in the step that logs a start, drops the members whose
+-- last start has left the period (their windows count no start) and lets it
+-- expire with the windows.
+local function ratewinidx(t) return PFX .. 'rki:' .. t end
+local function note_window(now, t, rk, period, trimmed)
+  local head = ratewinkey(t, nil)
+  local code = '0'
+  if #rk > #head then code = '1' .. string.sub(rk, #head + 2) end
+  local ix = ratewinidx(t)
+  redis.call('ZADD', ix, now, code)
+  if not trimmed[t] then  -- once per task and claim: `now` does not move
+    trimmed[t] = true
+    redis.call('ZREMRANGEBYSCORE', ix, '-inf', now - period)
+    redis.call('PEXPIRE', ix, math.ceil(period * 1000) + 1000)
+  end
+end
 -- Fair queues (fairness 'tenant'; the rule is in conveyor/backends/base.py).
 -- A fair queue keeps its waiting jobs in one set per (queue, task, tenant),
 -- 'fw:', scored and ordered like the per-task sets (w:), which it leaves
@@ -488,6 +507,7 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
 
   -- Starts per rate window (rk: key) as this claim goes, read once per window.
   local rheld = {}
+  local indexed = {}  -- tasks whose window index this claim has trimmed (note_window)
   local function starts_in(k, period)
     local n = rheld[k]
     if not n then
@@ -941,9 +961,10 @@ local function claim_for(now, worker, limit, lease, token, circuits_on, queues, 
         redis.call('ZADD', rk, now, id .. ':' .. token)
         redis.call('PEXPIRE', rk, math.ceil(rate[2] * 1000) + 1000)
       end
-      if rk then  -- its (task, rate_limit_key) window
+      if rk then  -- its (task, rate_limit_key) window, listed in its task's index
         redis.call('ZADD', rk, now, id .. ':' .. token)
         redis.call('PEXPIRE', rk, math.ceil(keyrates[t][2] * 1000) + 1000)
+        note_window(now, t, rk, keyrates[t][2], indexed)
       end
       claimed[#claimed + 1] = row
     end
