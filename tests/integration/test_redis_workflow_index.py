@@ -12,7 +12,7 @@ from conveyor.backends.base import JobFilter
 from conveyor.backends.redis import RedisBackend
 from conveyor.ids import new_id
 from conveyor.job import JobState
-from conveyor.testing.conformance.suite.helpers import new_job
+from conveyor.testing.conformance.suite.helpers import make_failed, new_job
 
 UNRELATED = 2_000
 
@@ -67,6 +67,31 @@ async def test_a_workflow_read_touches_its_own_jobs_only(tmp_path: Path) -> None
             assert await backend.purge_jobs(JobFilter(workflow_id=other)) == 1
             assert not client.exists(others)
             assert await backend.list_jobs(JobFilter(workflow_id=other)) == []
+        finally:
+            await backend.close()
+            client.close()
+
+
+async def test_a_retry_joins_an_index_but_never_starts_one(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "retry") as server:
+        client = redis.Redis(port=server.port)
+        backend = RedisBackend(server.url())
+        await backend.open()
+        try:
+            indexed, unindexed = new_id(), new_id()
+            kept = await make_failed(backend, "step", workflow_id=indexed)
+            old = await make_failed(backend, "step", workflow_id=unindexed)
+            # As a workflow stored before the index existed.
+            client.delete(backend.keys.workflow_jobs(unindexed))
+
+            copy = await backend.retry_failed(kept.id, new_id())
+            assert client.zrange(backend.keys.workflow_jobs(indexed), 0, -1) == sorted(
+                [kept.id.encode(), copy.id.encode()]
+            )
+            late = await backend.retry_failed(old.id, new_id())
+            assert not client.exists(backend.keys.workflow_jobs(unindexed))
+            listed = await backend.list_jobs(JobFilter(workflow_id=unindexed))
+            assert [job.id for job in listed] == [late.id, old.id]
         finally:
             await backend.close()
             client.close()
