@@ -109,6 +109,12 @@ class Keys:
         """SET: ids of the blocked jobs waiting for this one (its hash has dn=1)."""
         return f"{self.base}dep:{job_id}"
 
+    def workflow_jobs(self, workflow_id: str) -> str:
+        """ZSET (score 0, lexicographic): the ids of one workflow's jobs, read by
+        a listing filtered by workflow (kept by enqueue, retry and every delete;
+        a workflow stored before this index existed has none and is scanned)."""
+        return f"{self.base}wfj:{workflow_id}"
+
     def done(self, state: str) -> str:
         """ZSET job id by finished_at, per terminal state (retention)."""
         return f"{self.base}done:{state}"

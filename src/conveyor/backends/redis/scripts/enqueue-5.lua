@@ -252,6 +252,7 @@ for i = 1, n do
     if o[13] then fields[n_ + 1] = 'ck'; fields[n_ + 2] = o[13]; n_ = n_ + 2 end
     if o[15] then fields[n_ + 1] = 'rk'; fields[n_ + 2] = o[15]; n_ = n_ + 2 end
     redis.call('HSET', jkey(id), unpack(fields))
+    if o[12] then redis.call('ZADD', wfkey(o[12]), 0, id) end
     all[#all + 1] = 0
     all[#all + 1] = id
     if state == 'waiting' then

@@ -24,6 +24,12 @@ local function iwkey(w) return PFX .. 'iw:' .. w end
 local function inboxkey(w) return PFX .. 'inbox:' .. w end
 -- Dependencies: the ids of the blocked jobs waiting for one job.
 local function depkey(id) return PFX .. 'dep:' .. id end
+-- Workflows: the ids of one workflow's jobs, 'wfj:<workflow id>' (a sorted set,
+-- score 0, ordered like `all`), read by list_jobs with a workflow filter
+-- instead of a walk over every job. Written with the jobs (enqueue-5; retry-3
+-- only into a set that exists), members removed with their job (remove_job).
+-- A workflow stored before the set existed has none: its readers scan.
+local function wfkey(w) return PFX .. 'wfj:' .. w end
 -- Per-key concurrency: the ids of the active jobs of one (task,
 -- concurrency_key) group, the slots ClaimRequest.key_limits count. A job
 -- without a key is in its task's group 'ka:<len>:<task>', one with key k in
@@ -238,11 +244,12 @@ end
 -- still points here, remembers the state the job had.
 local function remove_job(id, counts)
   local key = jkey(id)
-  local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'ik', 'tn')
+  local f = redis.call('HMGET', key, 's', 'q', 't', 'pr', 'ra', 'ik', 'tn', 'wf')
   -- Even for a row lost outside the scripts (an eviction, a manual DEL): its
   -- id must not stay taken in `all`, where enqueue looks ids up.
   redis.call('ZREM', K_ALL, id)
   if not f[1] then return false end
+  if f[8] then redis.call('ZREM', wfkey(f[8]), id) end
   unindex(id, f[1], f[2], f[3], f[7], f[4], f[5])
   -- Its dependents set, if any: a completed job's is gone already, a failed
   -- or cancelled one's names jobs resolved already, a deleted live job's

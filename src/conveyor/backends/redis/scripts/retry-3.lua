@@ -41,6 +41,11 @@ if f[8] then
 end
 redis.call('HSET', new_key, unpack(fields))
 redis.call('ZADD', KEYS[1], 0, new_id)
+-- Into the workflow's index only when it has one: a workflow stored before the
+-- index existed stays without (its readers scan), never with a partial index.
+if f[14] and redis.call('EXISTS', wfkey(f[14])) == 1 then
+  redis.call('ZADD', wfkey(f[14]), 0, new_id)
+end
 enter_waiting(new_id, f[3], f[2], f[9], f[5], now, ex)
 redis.call('HSET', key, 'rs', new_id)
 local counts = {}

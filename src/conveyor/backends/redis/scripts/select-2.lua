@@ -6,7 +6,8 @@
 -- ARGV[5] states, comma-separated|'' (any); ARGV[6] queue|''; ARGV[7] task|'';
 -- ARGV[8] tenant|''; ARGV[9] failure reason|''; ARGV[10] idempotency key|'';
 -- ARGV[11] finished before|''; ARGV[12] workflow id|''
--- Blocked jobs are read from the `blocked` index.
+-- Blocked jobs are read from the `blocked` index. A workflow filter reads the
+-- workflow's index (wfj:) instead, when it has one (see wfkey in lib.lua).
 -- Returns list: {{field, value...}...}; count and purge: a number.
 local mode, offset, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local states = nil
@@ -35,7 +36,10 @@ if mode == 'count' and plain then
 end
 
 local ids
-if states then
+if fwf ~= '' and redis.call('EXISTS', wfkey(fwf)) == 1 then
+  -- Only this workflow's jobs, newest first; the loop below checks the rest.
+  ids = redis.call('ZRANGE', wfkey(fwf), '+', '-', 'BYLEX', 'REV')
+elseif states then
   ids = {}
   for s, _ in pairs(states) do
     if s == 'waiting' then
@@ -71,15 +75,15 @@ local done = false
 -- so a listing stops reading once it has its page.
 local slice_at = 0
 local states_free_ids = {}
-if not states and mode == 'purge' then
+if not ids and mode == 'purge' then
   -- Purging deletes from the index it walks: read it whole first.
   states_free_ids = redis.call('ZRANGE', KEYS[1], '+', '-', 'BYLEX', 'REV')
 end
 local function next_ids()
-  if states or mode == 'purge' then
+  if ids or mode == 'purge' then
     if slice_at > 0 then return {} end
     slice_at = 1
-    if states then return ids end
+    if ids then return ids end
     return states_free_ids
   end
   local slice = redis.call('ZRANGE', KEYS[1], '+', '-', 'BYLEX', 'REV', 'LIMIT', slice_at, 1000)
