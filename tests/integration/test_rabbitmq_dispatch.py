@@ -341,6 +341,9 @@ async def test_a_resumed_queue_has_its_waiting_jobs_published_again(any_place: P
         backend = await app.runtime.connect()
         await app.pause_queue("default")
         jobs = [await app.enqueue("work", {"n": i}) for i in range(3)]
+        # A relay takes jobs due for 50 ms: past that, its first take holds all
+        # three (on a busy host the enqueues may otherwise straddle two takes).
+        await asyncio.sleep(0.1)
         relay = Dispatcher(place.dispatch(), backend, worker_queue_ttl=1.0, roles=("relay",))
         await relay.start()
         try:

@@ -163,21 +163,27 @@ class Dispatcher:
                 raise ConfigurationError("dispatch stopped before the broker answered")
             await asyncio.sleep(0.05)
         for attempt in range(CONSUME_ATTEMPTS):
-            consumer = WorkerConsumer(await self.connection.channel(), wait_for_work, self.counts)
+            consumer: WorkerConsumer | None = None
             try:
+                consumer = WorkerConsumer(
+                    await self.connection.channel(), wait_for_work, self.counts
+                )
                 await consumer.start(self.options, queues, self.worker_queue_ttl, prefetch)
-                break
+                self.consumer = consumer
+                return consumer
             except Exception as exc:  # the broker refused: closed the channel or connection
-                with contextlib.suppress(Exception):
-                    await consumer.close()
+                if consumer is not None:
+                    with contextlib.suppress(Exception):
+                        await consumer.close()
                 if attempt + 1 == CONSUME_ATTEMPTS or self._stopping.is_set():
                     raise
                 # RabbitMQ 3.10 can refuse a consume on a quorum queue it has just
-                # declared (its replica not up yet: INTERNAL_ERROR); it passes.
+                # declared (its replica not up yet: INTERNAL_ERROR), at times by
+                # closing the whole connection: a new channel then fails until the
+                # robust connection is back (reconnect_interval). Both pass.
                 logger.warning("the broker refused the consumer (%r): trying again", exc)
                 await asyncio.sleep(0.1 * 2**attempt)
-        self.consumer = consumer
-        return consumer
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def close(self) -> None:
         self._stopping.set()
