@@ -119,6 +119,9 @@ async def test_enqueue_with_the_broker_down_is_published_once_it_is_back(place: 
         backend = await app.runtime.connect()
         store = backend.dispatch_store()  # type: ignore[attr-defined]
         assert await store.lag() >= 0.0
+        # A relay takes jobs due for 50 ms: past that, its first take holds all
+        # three (on a busy host the enqueues may otherwise straddle two takes).
+        await asyncio.sleep(0.1)
         # The broker "comes back": a relay on the real one publishes what waited.
         relay = Dispatcher(place.dispatch(), backend, worker_queue_ttl=1.0, roles=("relay",))
         await relay.start()
