@@ -207,8 +207,9 @@ class Worker:
         #: The claim loop waits for work after a short claim: outcomes flushed
         #: meanwhile claim for it (settle_and_claim); one such claim at a time.
         self._waiting_for_work = False
-        self._claim_with_settle = False
+        #: Set while no claim sent with outcomes is on its way (one at a time).
         self._settle_claim_answered = asyncio.Event()
+        self._settle_claim_answered.set()
 
     @property
     def prefetch(self) -> int:
@@ -473,15 +474,19 @@ class Worker:
                     await self._wait_for(self.slot_free.wait(), asyncio.sleep(left))
                 if not self.acker.answered:
                     await self._wait_for(self.acker.stored(), asyncio.sleep(poll))
-                if self._claim_with_settle:  # sent with later outcomes: its answer
+                if self._settle_claim_in_flight:  # sent with later outcomes: its answer
                     await self._wait_for(self._settle_claim_answered.wait(), asyncio.sleep(poll))
-                if not self._claim_with_settle and self._short_claim <= woken_after:
+                if not self._settle_claim_in_flight and self._short_claim <= woken_after:
                     return  # no claim sent since the wake-up has answered it: claim
                 # A claim sent after the wake-up came back short (it saw what
                 # woke us), or one is on its way with outcomes (its answer
                 # wakes us if it comes back full or fails): wait again.
         finally:
             self._waiting_for_work = False
+
+    @property
+    def _settle_claim_in_flight(self) -> bool:
+        return not self._settle_claim_answered.is_set()
 
     def _echo_likely(self) -> bool:
         """A wake-up now: is it most likely the store's echo of the outcomes whose
@@ -495,12 +500,11 @@ class Worker:
     def claim_with_settle(self) -> ClaimRequest | None:
         """The claim the acker's next flush sends with its outcomes: while the claim
         loop waits for work, one at a time, for the free slots."""
-        if not self._waiting_for_work or self._claim_with_settle or self.stopping:
+        if not self._waiting_for_work or self._settle_claim_in_flight or self.stopping:
             return None
         free = self.slots + self.room + self.prefetch - len(self.active) - len(self.buffered)
         if free <= 0:
             return None
-        self._claim_with_settle = True
         self._settle_claim_answered.clear()
         self._claims_sent += 1
         self._settle_claim_number = self._claims_sent
@@ -510,7 +514,6 @@ class Worker:
         self, request: ClaimRequest, result: ClaimResult | None, sent_at: float
     ) -> None:
         """The answer of a claim sent with outcomes (``None``: it failed)."""
-        self._claim_with_settle = False
         self._settle_claim_answered.set()
         if result is None:
             self._wake.set()  # the loop claims by itself
